@@ -1,0 +1,14 @@
+// dsflash: one binary, subcommands (DESIGN.md "Layout").
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dsflash: inference engine for DeepSeek-V4.1-Flash"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  dsflash::cli::add_inspect_command(app, &exit_code);
+  dsflash::cli::add_make_tiny_command(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}

@@ -1,0 +1,31 @@
+// Scalar codecs of the number formats the checkpoint and the KV cache use (spec/MODEL.md §3, §4.9).
+// All codecs are exact statements of the official rules; SIMD kernels are tested against them.
+#pragma once
+
+#include <cstdint>
+
+namespace dsflash {
+
+// bf16 <-> fp32. f32_to_bf16 rounds to nearest, ties to even; NaN stays NaN (quiet).
+uint16_t f32_to_bf16(float value);
+float bf16_to_f32(uint16_t bits);
+// Rounds an fp32 value to the nearest bf16-representable value (result still fp32).
+float round_to_bf16(float value);
+
+// FP8 e4m3 "fn" (OCP): bias 7, no infinities, max finite ±448, 0x7f/0xff = NaN.
+// f32_to_e4m3 rounds to nearest even and saturates finite values beyond ±448 to ±448 (callers clamp first,
+// as the reference does); NaN -> 0x7f.
+uint8_t f32_to_e4m3(float value);
+float e4m3_to_f32(uint8_t code);
+
+// ue8m0 scale: value 2^(code - 127); code 0xff = NaN.
+float e8m0_to_f32(uint8_t code);
+// Exact power of two 2^e as an e8m0 code (e in [-127, 127]).
+uint8_t e8m0_from_exponent(int exponent);
+
+// FP4 e2m1: bit 3 sign, bits 0-2 index the grid {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+// f32_to_e2m1 rounds to nearest even on that grid and saturates at ±6.
+uint8_t f32_to_e2m1(float value);
+float e2m1_to_f32(uint8_t code);
+
+}  // namespace dsflash

@@ -1,0 +1,33 @@
+// Block quantisers with the official rounding (spec/MODEL.md §4.9). Inputs are fp32 values (usually
+// bf16-representable activations); every division is IEEE `x / s`, never `x * (1/s)`.
+#pragma once
+
+#include <cstdint>
+
+namespace dsflash {
+
+// act_quant: FP8 activations for the FP8/FP4 GEMMs and the window (SWA) cache.
+// x [n] (n % 32 == 0) -> codes [n] e4m3, scales [n/32] ue8m0.
+// amax = max|x| per 32 clamped >= 1e-4; scale = 2^ceil(log2(amax/448)); code = e4m3(clamp(x/scale, ±448)).
+void act_quant_block32(const float* x, int64_t n, uint8_t* codes, uint8_t* scales);
+
+// fp4_act_quant with ue8m0 scales, block 32 (indexer q and k, MXFP4).
+// x [n] -> packed [n/2] e2m1 (low nibble = even index), scales [n/32] ue8m0.
+// scale = 2^ceil(log2(max(amax, 6*2^-126) / 6)).
+void fp4_quant_ue8m0_block32(const float* x, int64_t n, uint8_t* packed, uint8_t* scales);
+
+// fp4_act_quant with e4m3 scales, block 16 (compressed main KV).
+// x [n] -> packed [n/2] e2m1, scales [n/16] e4m3. scale = e4m3_rne(max(amax, 6*2^-9) / 6).
+void fp4_quant_e4m3_block16(const float* x, int64_t n, uint8_t* packed, uint8_t* scales);
+
+// Dequantisers (exact: every product is representable in fp32).
+void dequant_e4m3_ue8m0(const uint8_t* codes, const uint8_t* scales, int64_t n, int block, float* out);
+void dequant_e2m1_ue8m0(const uint8_t* packed, const uint8_t* scales, int64_t n, int block, float* out);
+void dequant_e2m1_e4m3(const uint8_t* packed, const uint8_t* scales, int64_t n, int block, float* out);
+
+// Fake quantisation as the reference applies it to cached values: quantise then dequantise in place.
+void fake_quant_act_block32(float* x, int64_t n);
+void fake_quant_fp4_ue8m0_block32(float* x, int64_t n);
+void fake_quant_fp4_e4m3_block16(float* x, int64_t n);
+
+}  // namespace dsflash

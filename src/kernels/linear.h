@@ -1,0 +1,58 @@
+// Matmuls on the checkpoint's stored weight formats (spec/MODEL.md §4.9), y = x · Wᵀ.
+// Every kernel has a scalar reference (the oracle: it defines the reference's numerics) and faster
+// versions chosen once at start from the CPU's features; tests compare them.
+#pragma once
+
+#include <cstdint>
+
+namespace dsflash {
+
+class ThreadPool;
+
+// Activations quantised by act_quant_block32: codes [rows, k] e4m3, scales [rows, k/32] ue8m0.
+struct Fp8Activations {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  int64_t rows = 0;
+  int64_t k = 0;
+};
+
+// FP8 linear weight: codes [out, in] e4m3, scales [ceil(out/32), ceil(in/32)] ue8m0 (one per 32x32 block).
+struct Fp8Weight {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  int64_t out = 0;
+  int64_t in = 0;
+};
+
+// MXFP4 routed-expert weight: packed [out, in/2] e2m1 (low nibble = even k), scales [out, in/32] ue8m0.
+struct Fp4Weight {
+  const uint8_t* packed = nullptr;
+  const uint8_t* scales = nullptr;
+  int64_t out = 0;
+  int64_t in = 0;
+};
+
+// BF16 weight [out, in] (also used for "promoted to fp32" weights: bf16 -> fp32 is exact).
+struct Bf16Weight {
+  const uint16_t* data = nullptr;
+  int64_t out = 0;
+  int64_t in = 0;
+};
+
+// Outputs are fp32 [rows, out] before any bf16 rounding; callers round where the reference rounds.
+// FP8/FP4: per 32-wide K block, partial = Σ a·w (fp32), y += partial · sa · sw, blocks in K order.
+// BF16: x is fp32 (bf16 activations, or genuine fp32 for the "fp32" linears); Σ in K order in fp32.
+struct LinearKernels {
+  const char* name;
+  void (*fp8_gemm)(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool);
+  void (*fp4_gemm)(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool);
+  void (*bf16_gemm)(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
+};
+
+// The scalar oracle (single-threaded even when given a pool).
+const LinearKernels& reference_linear_kernels();
+// The fastest set this CPU runs (AVX-512 / AVX2 / scalar), chosen once.
+const LinearKernels& best_linear_kernels();
+
+}  // namespace dsflash
