@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/status.h"
+
 namespace dsflash {
 
 class ThreadPool;
@@ -49,6 +51,13 @@ struct LinearKernels {
   void (*fp4_gemm)(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool);
   void (*bf16_gemm)(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
 };
+
+// Preconditions of every kernel (the kernels trust their arguments; check once when binding weights):
+// x.k == w.in, w.in % 32 == 0 (FP8/FP4), scale tensors as documented above, y has rows*out floats.
+// pool may be nullptr (single-threaded). These return an error naming the mismatch.
+Status check_fp8_linear(const Fp8Activations& x, const Fp8Weight& w);
+Status check_fp4_linear(const Fp8Activations& x, const Fp4Weight& w);
+Status check_bf16_linear(int64_t x_k, const Bf16Weight& w);
 
 // The scalar oracle (single-threaded even when given a pool).
 const LinearKernels& reference_linear_kernels();

@@ -1,0 +1,55 @@
+// Choice of the linear kernel set for this CPU (once, at first use) and the shape checks.
+#include <string>
+
+#include "kernels/linear.h"
+
+namespace dsflash {
+
+namespace {
+std::string shape_text(int64_t a, int64_t b) {
+  std::string text = "[";
+  text += std::to_string(a);
+  text += ", ";
+  text += std::to_string(b);
+  text += "]";
+  return text;
+}
+}  // namespace
+
+Status check_fp8_linear(const Fp8Activations& x, const Fp8Weight& w) {
+  if (x.k != w.in)
+    return Status::Error("fp8 linear: activations " + shape_text(x.rows, x.k) + " do not match weight " +
+                         shape_text(w.out, w.in) + " (k != in)");
+  if (w.in <= 0 || w.in % 32 != 0 || w.out <= 0)
+    return Status::Error("fp8 linear: weight " + shape_text(w.out, w.in) + ": in must be a positive multiple of 32");
+  if (!w.codes || !w.scales || (x.rows > 0 && (!x.codes || !x.scales)))
+    return Status::Error("fp8 linear: null data pointer");
+  return Status::Ok();
+}
+
+Status check_fp4_linear(const Fp8Activations& x, const Fp4Weight& w) {
+  if (x.k != w.in)
+    return Status::Error("fp4 linear: activations " + shape_text(x.rows, x.k) + " do not match weight " +
+                         shape_text(w.out, w.in) + " (k != in)");
+  if (w.in <= 0 || w.in % 32 != 0 || w.out <= 0)
+    return Status::Error("fp4 linear: weight " + shape_text(w.out, w.in) + ": in must be a positive multiple of 32");
+  if (!w.packed || !w.scales || (x.rows > 0 && (!x.codes || !x.scales)))
+    return Status::Error("fp4 linear: null data pointer");
+  return Status::Ok();
+}
+
+Status check_bf16_linear(int64_t x_k, const Bf16Weight& w) {
+  if (x_k != w.in)
+    return Status::Error("bf16 linear: activation width " + std::to_string(x_k) + " does not match weight " +
+                         shape_text(w.out, w.in));
+  if (w.in <= 0 || w.out <= 0) return Status::Error("bf16 linear: empty weight " + shape_text(w.out, w.in));
+  if (!w.data) return Status::Error("bf16 linear: null data pointer");
+  return Status::Ok();
+}
+
+const LinearKernels& best_linear_kernels() {
+  static const LinearKernels& best = reference_linear_kernels();
+  return best;
+}
+
+}  // namespace dsflash

@@ -1,0 +1,218 @@
+// The scalar oracle of src/kernels/linear.h against a double-precision evaluation of the same block formula
+// (spec/MODEL.md §4.9), exactly where fp32 is exact, and on the points that pin the official numerics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/thread_pool.h"
+#include "formats/formats.h"
+#include "kernels/linear.h"
+#include "kernels/linear_tables.h"
+#include "test_linear_util.h"
+
+namespace dsflash {
+namespace {
+
+using test::Exact;
+
+TEST(LinearTables, MatchFormatsCodecsForEveryCode) {
+  const LinearDecodeTables& t = linear_decode_tables();
+  for (int c = 0; c < 256; ++c) {
+    float v = e4m3_to_f32(static_cast<uint8_t>(c));
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(t.e4m3_f32[c])) << c;
+      EXPECT_TRUE(std::isnan(bf16_to_f32(t.e4m3_bf16[c]))) << c;
+    } else {
+      EXPECT_EQ(t.e4m3_f32[c], v) << c;
+      EXPECT_EQ(bf16_to_f32(t.e4m3_bf16[c]), v) << "e4m3 code " << c << " is not exact in bf16";
+    }
+    float s = e8m0_to_f32(static_cast<uint8_t>(c));
+    if (std::isnan(s)) EXPECT_TRUE(std::isnan(t.e8m0_f32[c]));
+    else EXPECT_EQ(t.e8m0_f32[c], s) << c;
+  }
+  for (int c = 0; c < 16; ++c) {
+    EXPECT_EQ(t.e2m1_f32[c], e2m1_to_f32(static_cast<uint8_t>(c))) << c;
+    EXPECT_EQ(bf16_to_f32(t.e2m1_bf16[c]), e2m1_to_f32(static_cast<uint8_t>(c))) << c;
+  }
+}
+
+TEST(LinearReference, Fp8MatchesDoubleWithinSummationBound) {
+  std::mt19937 rng(1);
+  for (auto [rows, out, in] : {std::tuple{1, 1, 32}, {3, 45, 96}, {5, 64, 256}, {2, 33, 1280}}) {
+    auto x = test::random_fp8_acts(rng, rows, in);
+    auto w = test::random_fp8_weight(rng, out, in);
+    std::vector<float> y(static_cast<size_t>(rows * out), -1.0f);
+    reference_linear_kernels().fp8_gemm(x.view(), w.view(), y.data(), nullptr);
+    for (int r = 0; r < rows; ++r)
+      for (int o = 0; o < out; ++o) {
+        Exact e = test::exact_fp8(x.view(), w.view(), r, o);
+        EXPECT_NEAR(y[r * out + o], e.value, test::fp32_sum_bound(in, e.abs_sum)) << r << "," << o;
+      }
+  }
+}
+
+TEST(LinearReference, Fp4MatchesDoubleWithinSummationBound) {
+  std::mt19937 rng(2);
+  for (auto [rows, out, in] : {std::tuple{1, 1, 32}, {3, 45, 96}, {4, 70, 512}}) {
+    auto x = test::random_fp8_acts(rng, rows, in);
+    auto w = test::random_fp4_weight(rng, out, in);
+    std::vector<float> y(static_cast<size_t>(rows * out), -1.0f);
+    reference_linear_kernels().fp4_gemm(x.view(), w.view(), y.data(), nullptr);
+    for (int r = 0; r < rows; ++r)
+      for (int o = 0; o < out; ++o) {
+        Exact e = test::exact_fp4(x.view(), w.view(), r, o);
+        EXPECT_NEAR(y[r * out + o], e.value, test::fp32_sum_bound(in, e.abs_sum)) << r << "," << o;
+      }
+  }
+}
+
+TEST(LinearReference, Bf16MatchesDoubleWithinSummationBound) {
+  std::mt19937 rng(3);
+  for (auto [rows, out, in] : {std::tuple{1, 1, 1}, {3, 45, 7}, {2, 17, 5120}}) {
+    for (bool bf16_x : {true, false}) {
+      auto x = test::random_floats(rng, rows * in, bf16_x);
+      auto w = test::random_bf16_weight(rng, out, in);
+      std::vector<float> y(static_cast<size_t>(rows * out), -1.0f);
+      reference_linear_kernels().bf16_gemm(x.data(), rows, w.view(), y.data(), nullptr);
+      for (int r = 0; r < rows; ++r)
+        for (int o = 0; o < out; ++o) {
+          Exact e = test::exact_bf16(x.data(), w.view(), r, o);
+          EXPECT_NEAR(y[r * out + o], e.value, test::fp32_sum_bound(in, e.abs_sum)) << r << "," << o;
+        }
+    }
+  }
+}
+
+// Codes whose values are small dyadic numbers: every partial and the whole sum fit in 24 bits, so fp32 is
+// exact in any order and the reference must equal the double result bit for bit.
+TEST(LinearReference, ExactWhereFp32IsExact) {
+  std::mt19937 rng(4);
+  // e4m3 codes of ±{0, 0.5, 1, 1.5, 2, 3, 4} and e2m1 codes (all are of that kind).
+  const uint8_t e4m3_small[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
+  const int rows = 3, out = 40, in = 128;
+  auto x = test::random_fp8_acts(rng, rows, in, 125, 129);
+  auto w8 = test::random_fp8_weight(rng, out, in, 125, 129);
+  auto w4 = test::random_fp4_weight(rng, out, in, 125, 129);
+  for (auto& c : x.codes) c = e4m3_small[rng() % std::size(e4m3_small)];
+  for (auto& c : w8.codes) c = e4m3_small[rng() % std::size(e4m3_small)];
+  std::vector<float> y8(rows * out), y4(rows * out);
+  reference_linear_kernels().fp8_gemm(x.view(), w8.view(), y8.data(), nullptr);
+  reference_linear_kernels().fp4_gemm(x.view(), w4.view(), y4.data(), nullptr);
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out; ++o) {
+      EXPECT_EQ(y8[r * out + o], static_cast<float>(test::exact_fp8(x.view(), w8.view(), r, o).value));
+      EXPECT_EQ(y4[r * out + o], static_cast<float>(test::exact_fp4(x.view(), w4.view(), r, o).value));
+    }
+  // bf16 with integer values: exact too.
+  std::vector<float> xf(rows * in);
+  for (auto& v : xf) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+  test::Bf16WeightData wb;
+  wb.out = out;
+  wb.in = in;
+  for (int i = 0; i < out * in; ++i) wb.data.push_back(f32_to_bf16(static_cast<float>(static_cast<int>(rng() % 7) - 3)));
+  std::vector<float> yb(rows * out);
+  reference_linear_kernels().bf16_gemm(xf.data(), rows, wb.view(), yb.data(), nullptr);
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out; ++o)
+      EXPECT_EQ(yb[r * out + o], static_cast<float>(test::exact_bf16(xf.data(), wb.view(), r, o).value));
+}
+
+// The weight scale of FP8 rows is per 32 output rows: rows 31 and 32 of a weight must use different scales.
+TEST(LinearReference, Fp8WeightScaleIsPer32x32Block) {
+  test::Fp8WeightData w;
+  w.out = 33;
+  w.in = 64;
+  w.codes.assign(33 * 64, 0x38);  // 1.0
+  w.scales = {127, 128, 129, 131};  // [2, 2]: blocks (0,0)=1 (0,1)=2 (1,0)=4 (1,1)=16
+  test::Fp8ActData x;
+  x.rows = 1;
+  x.k = 64;
+  x.codes.assign(64, 0x38);
+  x.scales = {127, 127};
+  std::vector<float> y(33);
+  reference_linear_kernels().fp8_gemm(x.view(), w.view(), y.data(), nullptr);
+  EXPECT_EQ(y[0], 32.0f * 1 + 32.0f * 2);
+  EXPECT_EQ(y[31], 32.0f * 1 + 32.0f * 2);
+  EXPECT_EQ(y[32], 32.0f * 4 + 32.0f * 16);
+}
+
+// kernel.py applies the scales as (partial * sa) * sw. With sa = 2^120, sw = 2^-100 and partial = 2^17
+// the first product overflows to inf; partial * (sa * sw) would be finite. This pins the order.
+TEST(LinearReference, ScaleOrderIsActivationScaleThenWeightScale) {
+  test::Fp8ActData x;
+  x.rows = 1;
+  x.k = 32;
+  x.codes.assign(32, 0x78);  // 256
+  x.scales = {static_cast<uint8_t>(127 + 120)};
+  test::Fp8WeightData w;
+  w.out = 1;
+  w.in = 32;
+  w.codes.assign(32, 0x48);  // 4 -> partial = 32 * 1024 = 2^15
+  w.scales = {static_cast<uint8_t>(127 - 100)};
+  std::vector<float> y(1);
+  reference_linear_kernels().fp8_gemm(x.view(), w.view(), y.data(), nullptr);
+  EXPECT_TRUE(std::isinf(y[0])) << y[0];
+  test::Fp4WeightData w4;
+  w4.out = 1;
+  w4.in = 32;
+  w4.packed.assign(16, 0x66);  // 4, 4
+  w4.scales = {static_cast<uint8_t>(127 - 100)};
+  reference_linear_kernels().fp4_gemm(x.view(), w4.view(), y.data(), nullptr);
+  EXPECT_TRUE(std::isinf(y[0])) << y[0];
+}
+
+// The FP4 low nibble is the even k: a weight with only the low nibble set reads activation k = 0, 2, ...
+TEST(LinearReference, Fp4LowNibbleIsEvenK) {
+  test::Fp8ActData x;
+  x.rows = 1;
+  x.k = 32;
+  x.codes.assign(32, 0);
+  for (int j = 0; j < 32; j += 2) x.codes[j] = 0x38;  // 1.0 at even k
+  x.scales = {127};
+  test::Fp4WeightData w;
+  w.out = 2;
+  w.in = 32;
+  w.packed.assign(32, 0);
+  for (int i = 0; i < 16; ++i) w.packed[i] = 0x02;        // row 0: low nibble 1.0
+  for (int i = 16; i < 32; ++i) w.packed[i] = 0x20;       // row 1: high nibble 1.0
+  w.scales = {127, 127};
+  std::vector<float> y(2);
+  reference_linear_kernels().fp4_gemm(x.view(), w.view(), y.data(), nullptr);
+  EXPECT_EQ(y[0], 16.0f);
+  EXPECT_EQ(y[1], 0.0f);
+}
+
+TEST(LinearReference, PoolDoesNotChangeResultsAndZeroRowsWritesNothing) {
+  std::mt19937 rng(5);
+  auto x = test::random_fp8_acts(rng, 4, 96);
+  auto w = test::random_fp8_weight(rng, 50, 96);
+  std::vector<float> a(200), b(200);
+  ThreadPool pool(2);
+  reference_linear_kernels().fp8_gemm(x.view(), w.view(), a.data(), nullptr);
+  reference_linear_kernels().fp8_gemm(x.view(), w.view(), b.data(), &pool);
+  EXPECT_EQ(a, b);
+  Fp8Activations none{x.codes.data(), x.scales.data(), 0, 96};
+  std::vector<float> untouched(4, 7.0f);
+  reference_linear_kernels().fp8_gemm(none, w.view(), untouched.data(), nullptr);
+  EXPECT_EQ(untouched, std::vector<float>(4, 7.0f));
+}
+
+TEST(LinearChecks, RejectMismatchedShapes) {
+  uint8_t byte = 0;
+  uint16_t half = 0;
+  Fp8Activations x{&byte, &byte, 1, 64};
+  EXPECT_TRUE(check_fp8_linear(x, Fp8Weight{&byte, &byte, 8, 64}).ok());
+  EXPECT_FALSE(check_fp8_linear(x, Fp8Weight{&byte, &byte, 8, 96}).ok());
+  Fp8Activations x40{&byte, &byte, 1, 40};
+  Status s = check_fp8_linear(x40, Fp8Weight{&byte, &byte, 8, 40});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("multiple of 32"), std::string::npos) << s.message();
+  EXPECT_TRUE(check_fp4_linear(x, Fp4Weight{&byte, &byte, 8, 64}).ok());
+  EXPECT_FALSE(check_fp4_linear(x, Fp4Weight{nullptr, &byte, 8, 64}).ok());
+  EXPECT_TRUE(check_bf16_linear(7, Bf16Weight{&half, 3, 7}).ok());
+  EXPECT_FALSE(check_bf16_linear(8, Bf16Weight{&half, 3, 7}).ok());
+}
+
+}  // namespace
+}  // namespace dsflash
