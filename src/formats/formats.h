@@ -28,4 +28,9 @@ uint8_t e8m0_from_exponent(int exponent);
 uint8_t f32_to_e2m1(float value);
 float e2m1_to_f32(uint8_t code);
 
+// Decoded values of every code, for table-driven kernels: 256 e4m3 values (NaN at 0x7f/0xff) and 16 e2m1
+// values (index = 4-bit code). Immutable, valid for the life of the program.
+const float* e4m3_value_table();
+const float* e2m1_value_table();
+
 }  // namespace dsflash
