@@ -1,0 +1,51 @@
+// Manifold-constrained Hyper-Connections (mHC, spec/MODEL.md §4.2): the residual is hc parallel streams.
+// Each site (attention, FFN) derives three coefficient sets from the streams themselves:
+//   pre  [hc]     collapse weights for the NEXT sublayer's input (Single-Pass mHC shift),
+//   post [hc]     how the sublayer output is written back to each stream,
+//   comb [hc, hc] doubly stochastic residual mixing (Sinkhorn), comb[j][k]: source stream j -> stream k.
+// All math in fp32; hc_pre / hc_post round their outputs to bf16 as the reference does.
+#pragma once
+
+#include <cstdint>
+
+namespace dsflash {
+
+class ThreadPool;
+
+// The fp32 parameters of one site: hc_{attn,ffn}_{fn,base,scale}.
+struct HcSiteWeights {
+  const float* fn = nullptr;     // [(2+hc)*hc, hc*dim]
+  const float* base = nullptr;   // [(2+hc)*hc]
+  const float* scale = nullptr;  // [3]
+};
+
+struct HcShape {
+  int hc = 4;
+  int64_t dim = 0;
+  int sinkhorn_iters = 20;
+  float hc_eps = 1e-6f;     // Sinkhorn and pre-gate epsilon
+  float norm_eps = 1e-20f;  // RMS statistic epsilon
+  int mix_count() const { return (2 + hc) * hc; }
+};
+
+// mixes -> (pre, post, comb) for one token, the reference's iteration order: row softmax + eps, one column
+// normalisation, then (iters-1) x (row, column) normalisations, each dividing by (sum + eps).
+// mixes [(2+hc)*hc], pre [hc], post [hc], comb [hc*hc].
+void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, const HcShape& shape, float* pre,
+                       float* post, float* comb);
+
+// streams [tokens, hc, dim] (bf16 values) -> pre [tokens, hc], post [tokens, hc], comb [tokens, hc, hc].
+// mixes = (flat · fnᵀ) * rsqrt(mean(flat²) + norm_eps), one statistic per token over all hc*dim values;
+// the fn product is summed in K order (the reference uses BLAS there).
+void hc_mixes(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape, float* pre,
+              float* post, float* comb, ThreadPool* pool = nullptr);
+
+// out [tokens, dim] = bf16( Σ_j pre_mix[j] * streams[j] ), j ascending, fp32 sum.
+void hc_pre(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out);
+
+// out [tokens, hc, dim] = bf16( post[k] * y + Σ_j comb[j][k] * residual[j] ), j ascending, fp32.
+// out must not alias residual.
+void hc_post(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim, const float* post,
+             const float* comb, float* out);
+
+}  // namespace dsflash

@@ -1,0 +1,86 @@
+#include "kernels/reduce.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace dsflash {
+namespace {
+
+int64_t ceil_log2(int64_t x) {
+  if (x <= 2) return 1;
+  uint64_t v = static_cast<uint64_t>(x) - 1;
+  int64_t bits = 0;
+  while (v) {
+    ++bits;
+    v >>= 1;
+  }
+  return bits;
+}
+
+// One accumulator stream of the cascade: values fetch(0..size-1) summed into 4 levels; every 16 (or
+// more for very long rows) additions level 0 is folded upwards. The schedule depends only on the
+// index, so each lane/row stream can be evaluated on its own.
+template <class Fetch>
+float cascade_stream(int64_t size, const Fetch& fetch) {
+  constexpr int kLevels = 4;
+  const int64_t level_power = std::max<int64_t>(4, ceil_log2(size) / kLevels);
+  const int64_t level_step = int64_t{1} << level_power;
+  const int64_t level_mask = level_step - 1;
+  float acc[kLevels] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t i = 0;
+  while (i + level_step <= size) {
+    for (int64_t j = 0; j < level_step; ++j, ++i) acc[0] += fetch(i);
+    for (int j = 1; j < kLevels; ++j) {
+      acc[j] += acc[j - 1];
+      acc[j - 1] = 0.0f;
+      if ((i & (level_mask << (j * level_power))) != 0) break;
+    }
+  }
+  for (; i < size; ++i) acc[0] += fetch(i);
+  for (int j = 1; j < kLevels; ++j) acc[0] += acc[j];
+  return acc[0];
+}
+
+template <class Load>
+float cascade_sum_impl(int64_t n, int width, const Load& load) {
+  constexpr int kIlp = 4;
+  if (n < width) {
+    // scalar path: four interleaved accumulators over groups of four elements, tail into the first.
+    const int64_t groups = n / kIlp;
+    float partial[kIlp];
+    for (int k = 0; k < kIlp; ++k) {
+      partial[k] = cascade_stream(groups, [&](int64_t i) { return load(i * kIlp + k); });
+    }
+    for (int64_t i = groups * kIlp; i < n; ++i) partial[0] += load(i);
+    for (int k = 1; k < kIlp; ++k) partial[0] += partial[k];
+    return partial[0];
+  }
+  const int64_t vectors = n / width;
+  const int64_t groups = vectors / kIlp;
+  std::vector<float> lanes(static_cast<size_t>(width));
+  for (int lane = 0; lane < width; ++lane) {
+    float partial[kIlp];
+    for (int k = 0; k < kIlp; ++k) {
+      partial[k] = cascade_stream(groups, [&](int64_t i) { return load((i * kIlp + k) * width + lane); });
+    }
+    for (int64_t v = groups * kIlp; v < vectors; ++v) partial[0] += load(v * width + lane);
+    for (int k = 1; k < kIlp; ++k) partial[0] += partial[k];
+    lanes[static_cast<size_t>(lane)] = partial[0];
+  }
+  float total = 0.0f;
+  for (int64_t i = vectors * width; i < n; ++i) total += load(i);
+  for (int lane = 0; lane < width; ++lane) total += lanes[static_cast<size_t>(lane)];
+  return total;
+}
+
+}  // namespace
+
+float cascade_sum(const float* x, int64_t n, int vector_width) {
+  return cascade_sum_impl(n, vector_width, [x](int64_t i) { return x[i]; });
+}
+
+float cascade_sum_squares(const float* x, int64_t n, int vector_width) {
+  return cascade_sum_impl(n, vector_width, [x](int64_t i) { return x[i] * x[i]; });
+}
+
+}  // namespace dsflash
