@@ -1,0 +1,238 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "formats/formats.h"
+#include "formats/quant.h"
+#include "kernels/topk.h"
+#include "model/weight_binding.h"
+
+namespace dsflash {
+namespace {
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+Result<ExpertWeights> bind_expert(const Checkpoint& checkpoint, const std::string& prefix, int64_t dim,
+                                  int64_t inter, bool fp4) {
+  ExpertWeights e;
+  e.fp4 = fp4;
+  if (fp4) {
+    auto w1 = bind_fp4_linear(checkpoint, prefix + ".w1", inter, dim);
+    if (!w1.ok()) return w1.status();
+    auto w2 = bind_fp4_linear(checkpoint, prefix + ".w2", dim, inter);
+    if (!w2.ok()) return w2.status();
+    auto w3 = bind_fp4_linear(checkpoint, prefix + ".w3", inter, dim);
+    if (!w3.ok()) return w3.status();
+    e.w1_fp4 = *w1;
+    e.w2_fp4 = *w2;
+    e.w3_fp4 = *w3;
+  } else {
+    auto w1 = bind_fp8_linear(checkpoint, prefix + ".w1", inter, dim);
+    if (!w1.ok()) return w1.status();
+    auto w2 = bind_fp8_linear(checkpoint, prefix + ".w2", dim, inter);
+    if (!w2.ok()) return w2.status();
+    auto w3 = bind_fp8_linear(checkpoint, prefix + ".w3", inter, dim);
+    if (!w3.ok()) return w3.status();
+    e.w1_fp8 = *w1;
+    e.w2_fp8 = *w2;
+    e.w3_fp8 = *w3;
+  }
+  return e;
+}
+
+int64_t expert_bytes(const ExpertWeights& e, int64_t dim, int64_t inter) {
+  const int64_t elements = 3 * dim * inter;
+  if (e.fp4) return elements / 2 + elements / 32;
+  return elements + 3 * ((dim + 31) / 32) * ((inter + 31) / 32);
+}
+
+}  // namespace
+
+Result<MoeLayer> MoeLayer::bind(const Checkpoint& checkpoint, const std::string& prefix, int layer) {
+  const ModelConfig& config = checkpoint.config();
+  MoeLayer moe;
+  moe.dim_ = config.dim;
+  moe.inter_dim_ = config.moe_inter_dim;
+  moe.top_k_ = config.activated_experts(layer);
+  moe.route_scale_ = static_cast<float>(config.route_scale);
+  moe.swiglu_limit_ = static_cast<float>(config.swiglu_limit);
+  moe.norm_topk_prob_ = config.norm_topk_prob;
+  moe.gate_temp_ = static_cast<float>(config.gate_temp);
+  const int num_experts = config.routed_experts(layer);
+  if (moe.top_k_ <= 0 || moe.top_k_ > num_experts) {
+    return Status::Error(prefix + ": activated experts " + std::to_string(moe.top_k_) + " not in [1, " +
+                         std::to_string(num_experts) + "]");
+  }
+  if (config.score_func != "sqrtsoftplus" && config.score_func != "sigmoid" && config.score_func != "softmax") {
+    return Status::Error("config score_func \"" + config.score_func + "\" is not supported");
+  }
+  moe.score_func_ = config.score_func == "sigmoid"   ? ScoreFunc::kSigmoid
+                    : config.score_func == "softmax" ? ScoreFunc::kSoftmax
+                                                     : ScoreFunc::kSqrtSoftplus;
+  if (config.n_shared_experts != 1) {
+    return Status::Error("config n_shared_experts = " + std::to_string(config.n_shared_experts) +
+                         ", the reference supports exactly 1");
+  }
+  auto gate = bind_bf16_matrix(checkpoint, prefix + ".gate.weight", num_experts, moe.dim_);
+  if (!gate.ok()) return gate.status();
+  moe.gate_ = *gate;
+  auto bias = bind_f32(checkpoint, prefix + ".gate.bias", {num_experts});
+  if (!bias.ok()) return bias.status();
+  moe.bias_ = *bias;
+  const bool fp4 = config.expert_dtype == "fp4";
+  moe.experts_.reserve(static_cast<size_t>(num_experts));
+  for (int e = 0; e < num_experts; ++e) {
+    auto expert = bind_expert(checkpoint, prefix + ".experts." + std::to_string(e), moe.dim_, moe.inter_dim_, fp4);
+    if (!expert.ok()) return expert.status();
+    moe.experts_.push_back(*expert);
+  }
+  auto shared = bind_expert(checkpoint, prefix + ".shared_experts", moe.dim_, moe.inter_dim_, false);
+  if (!shared.ok()) return shared.status();
+  moe.shared_ = *shared;
+  return moe;
+}
+
+void MoeLayer::route(const float* x, int64_t num_tokens, const ComputeContext& ctx, MoeRouting* routing) const {
+  const int num_experts = this->num_experts();
+  std::vector<float> scores(static_cast<size_t>(num_tokens * num_experts));
+  ctx.linear->bf16_gemm(x, num_tokens, gate_, scores.data(), ctx.pool);
+  routing->k = top_k_;
+  routing->experts.assign(static_cast<size_t>(num_tokens * top_k_), 0);
+  routing->weights.assign(static_cast<size_t>(num_tokens * top_k_), 0.0f);
+  std::vector<float> biased(static_cast<size_t>(num_experts));
+  const TopkKernels& topk = ctx.reference ? reference_topk() : best_topk();
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    float* s = scores.data() + t * num_experts;
+    for (int e = 0; e < num_experts; ++e) s[e] = s[e] / gate_temp_;
+    // softmax / sigmoid / sqrt(softplus) with torch's softplus threshold 20
+    if (score_func_ == ScoreFunc::kSoftmax) {
+      float max_value = s[0];
+      for (int e = 1; e < num_experts; ++e) max_value = std::max(max_value, s[e]);
+      float sum = 0.0f;
+      for (int e = 0; e < num_experts; ++e) {
+        s[e] = std::exp(s[e] - max_value);
+        sum += s[e];
+      }
+      for (int e = 0; e < num_experts; ++e) s[e] = s[e] / sum;
+    } else {
+      for (int e = 0; e < num_experts; ++e) {
+        if (score_func_ == ScoreFunc::kSigmoid) {
+          s[e] = 1.0f / (1.0f + std::exp(-s[e]));
+        } else {
+          const float softplus = s[e] > 20.0f ? s[e] : std::log1p(std::exp(s[e]));
+          s[e] = std::sqrt(softplus);
+        }
+      }
+    }
+    for (int e = 0; e < num_experts; ++e) biased[static_cast<size_t>(e)] = s[e] + bias_[e];
+    int32_t* chosen = routing->experts.data() + t * top_k_;
+    float* w = routing->weights.data() + t * top_k_;
+    topk.select(biased.data(), num_experts, top_k_, chosen);
+    for (int i = 0; i < top_k_; ++i) w[i] = s[chosen[i]];
+    if (norm_topk_prob_ && top_k_ > 1) {
+      float sum = 0.0f;
+      for (int i = 0; i < top_k_; ++i) sum += w[i];
+      const float den = sum + 1e-20f;
+      for (int i = 0; i < top_k_; ++i) w[i] = w[i] / den;
+    }
+    for (int i = 0; i < top_k_; ++i) w[i] = w[i] * route_scale_;
+  }
+}
+
+void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, const uint8_t* scales,
+                          const std::vector<int64_t>& rows, const std::vector<float>& row_weights, bool weighted,
+                          const ComputeContext& ctx, float* y) const {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t blocks = dim_ / 32;
+  // gather the routed rows' FP8 activations: codes [n, dim], scales [n, dim/32]
+  std::vector<uint8_t> row_codes(static_cast<size_t>(n * dim_));
+  std::vector<uint8_t> row_scales(static_cast<size_t>(n * blocks));
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(row_codes.data() + i * dim_, codes + rows[static_cast<size_t>(i)] * dim_, static_cast<size_t>(dim_));
+    std::memcpy(row_scales.data() + i * blocks, scales + rows[static_cast<size_t>(i)] * blocks,
+                static_cast<size_t>(blocks));
+  }
+  const Fp8Activations x{row_codes.data(), row_scales.data(), n, dim_};
+  std::vector<float> gate(static_cast<size_t>(n * inter_dim_));
+  std::vector<float> up(static_cast<size_t>(n * inter_dim_));
+  if (expert.fp4) {
+    ctx.linear->fp4_gemm(x, expert.w1_fp4, gate.data(), ctx.pool);
+    ctx.linear->fp4_gemm(x, expert.w3_fp4, up.data(), ctx.pool);
+  } else {
+    ctx.linear->fp8_gemm(x, expert.w1_fp8, gate.data(), ctx.pool);
+    ctx.linear->fp8_gemm(x, expert.w3_fp8, up.data(), ctx.pool);
+  }
+  // [n, inter]: GEMM outputs are bf16 in the reference, then fp32 SwiGLU with the clamps, weight, bf16.
+  for (int64_t i = 0; i < n; ++i) {
+    const float w = weighted ? row_weights[static_cast<size_t>(i)] : 1.0f;
+    for (int64_t j = 0; j < inter_dim_; ++j) {
+      float g = round_to_bf16(gate[static_cast<size_t>(i * inter_dim_ + j)]);
+      float u = round_to_bf16(up[static_cast<size_t>(i * inter_dim_ + j)]);
+      if (swiglu_limit_ > 0.0f) {
+        u = std::clamp(u, -swiglu_limit_, swiglu_limit_);
+        g = std::min(g, swiglu_limit_);
+      }
+      float h = silu(g) * u;
+      if (weighted) h = w * h;
+      gate[static_cast<size_t>(i * inter_dim_ + j)] = round_to_bf16(h);
+    }
+  }
+  std::vector<uint8_t> h_codes(static_cast<size_t>(n * inter_dim_));
+  std::vector<uint8_t> h_scales(static_cast<size_t>(n * inter_dim_ / 32));
+  act_quant_block32(gate.data(), n * inter_dim_, h_codes.data(), h_scales.data());
+  const Fp8Activations h{h_codes.data(), h_scales.data(), n, inter_dim_};
+  std::vector<float> out(static_cast<size_t>(n * dim_));
+  if (expert.fp4) {
+    ctx.linear->fp4_gemm(h, expert.w2_fp4, out.data(), ctx.pool);
+  } else {
+    ctx.linear->fp8_gemm(h, expert.w2_fp8, out.data(), ctx.pool);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    float* dst = y + rows[static_cast<size_t>(i)] * dim_;
+    const float* src = out.data() + i * dim_;
+    for (int64_t c = 0; c < dim_; ++c) dst[c] += round_to_bf16(src[c]);
+  }
+}
+
+void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext& ctx, float* out,
+                       MoeRouting* routing_out) const {
+  MoeRouting local;
+  MoeRouting& routing = routing_out != nullptr ? *routing_out : local;
+  route(x, num_tokens, ctx, &routing);
+
+  // One act_quant of the input serves every expert and the shared expert (it is per row, per 32).
+  std::vector<uint8_t> codes(static_cast<size_t>(num_tokens * dim_));
+  std::vector<uint8_t> scales(static_cast<size_t>(num_tokens * dim_ / 32));
+  act_quant_block32(x, num_tokens * dim_, codes.data(), scales.data());
+
+  std::vector<float> y(static_cast<size_t>(num_tokens * dim_), 0.0f);
+  // Routed experts in ascending id, as the reference loops (the fp32 sum order of y).
+  std::vector<std::vector<int64_t>> rows(experts_.size());
+  std::vector<std::vector<float>> row_weights(experts_.size());
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int i = 0; i < top_k_; ++i) {
+      const auto e = static_cast<size_t>(routing.experts[static_cast<size_t>(t * top_k_ + i)]);
+      rows[e].push_back(t);
+      row_weights[e].push_back(routing.weights[static_cast<size_t>(t * top_k_ + i)]);
+    }
+  }
+  for (size_t e = 0; e < experts_.size(); ++e) {
+    if (rows[e].empty()) continue;
+    run_expert(experts_[e], codes.data(), scales.data(), rows[e], row_weights[e], true, ctx, y.data());
+  }
+  std::vector<int64_t> all_rows(static_cast<size_t>(num_tokens));
+  for (int64_t t = 0; t < num_tokens; ++t) all_rows[static_cast<size_t>(t)] = t;
+  run_expert(shared_, codes.data(), scales.data(), all_rows, {}, false, ctx, y.data());
+  for (int64_t i = 0; i < num_tokens * dim_; ++i) out[i] = round_to_bf16(y[static_cast<size_t>(i)]);
+}
+
+int64_t MoeLayer::weight_bytes_per_token() const {
+  int64_t bytes = gate_.out * gate_.in * 2 + gate_.out * 4;
+  if (!experts_.empty()) bytes += top_k_ * expert_bytes(experts_.front(), dim_, inter_dim_);
+  bytes += expert_bytes(shared_, dim_, inter_dim_);
+  return bytes;
+}
+
+}  // namespace dsflash

@@ -1,0 +1,73 @@
+// Mixture of experts of one layer (spec/MODEL.md §4.7, model.py Gate / Expert / MoE):
+//   s      = sqrt(softplus(x · Wgᵀ))                    fp32, Wg bf16 used in fp32, K-order sums
+//   chosen = top-k(s + bias)                            bias only selects; k largest, ties -> lowest index
+//   w      = s[chosen] / (Σ s[chosen] + 1e-20) * route_scale
+//   expert(x) = w2( bf16( w * silu(min(w1 x, L)) * clamp(w3 x, -L, L) ) )   w1/w3 outputs rounded to bf16
+//   y      = Σ_routed (fp32, ascending expert id) + shared(x)  -> bf16
+// Routed experts are MXFP4 (or FP8), the shared expert FP8; activations are act_quant'ed before every GEMM.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "io/checkpoint.h"
+#include "kernels/linear.h"
+#include "model/compute_context.h"
+
+namespace dsflash {
+
+// One SwiGLU FFN's three linears, FP4 (routed) or FP8 (shared).
+struct ExpertWeights {
+  bool fp4 = false;
+  Fp4Weight w1_fp4, w2_fp4, w3_fp4;
+  Fp8Weight w1_fp8, w2_fp8, w3_fp8;
+};
+
+// Gate output for `num_tokens` tokens: k experts each, in descending biased score (the reference's order).
+struct MoeRouting {
+  int k = 0;
+  std::vector<int32_t> experts;  // [tokens, k]
+  std::vector<float> weights;    // [tokens, k] normalised, x route_scale
+};
+
+class MoeLayer {
+ public:
+  // prefix: "layers.{L}.ffn" or "mtp.{S}.ffn"; expert counts from the config for that layer.
+  static Result<MoeLayer> bind(const Checkpoint& checkpoint, const std::string& prefix, int layer);
+
+  // x [tokens, dim] bf16 values -> routing.
+  void route(const float* x, int64_t num_tokens, const ComputeContext& ctx, MoeRouting* routing) const;
+  // x [tokens, dim] bf16 values -> out [tokens, dim] bf16 values. out may not alias x.
+  // routing_out, when given, receives the gate's choice (for layer tests).
+  void forward(const float* x, int64_t num_tokens, const ComputeContext& ctx, float* out,
+               MoeRouting* routing_out = nullptr) const;
+
+  int num_experts() const { return static_cast<int>(experts_.size()); }
+  int top_k() const { return top_k_; }
+  // Bytes of weights one token touches: gate + k routed experts + shared expert (decode benchmark).
+  int64_t weight_bytes_per_token() const;
+
+ private:
+  // Adds w_e * expert(x rows) for one expert into y; rows are the token indices routed to it.
+  void run_expert(const ExpertWeights& expert, const uint8_t* codes, const uint8_t* scales,
+                  const std::vector<int64_t>& rows, const std::vector<float>& row_weights, bool weighted,
+                  const ComputeContext& ctx, float* y) const;
+
+  int64_t dim_ = 0;
+  int64_t inter_dim_ = 0;
+  int top_k_ = 0;
+  float route_scale_ = 1.0f;
+  float swiglu_limit_ = 0.0f;
+  bool norm_topk_prob_ = true;
+  float gate_temp_ = 1.0f;
+  enum class ScoreFunc { kSqrtSoftplus, kSigmoid, kSoftmax };
+  ScoreFunc score_func_ = ScoreFunc::kSqrtSoftplus;
+  Bf16Weight gate_{};
+  const float* bias_ = nullptr;  // [experts] selection bias
+  std::vector<ExpertWeights> experts_;
+  ExpertWeights shared_;
+};
+
+}  // namespace dsflash
