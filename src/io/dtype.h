@@ -30,6 +30,8 @@ bool parse_dtype(std::string_view name, DType* out);
 const char* dtype_name(DType dtype);
 // Bytes that `num_elements` elements of this dtype occupy (F4: ceil(num_elements / 2)).
 size_t dtype_bytes(DType dtype, int64_t num_elements);
+// "[2048, 128]" for messages and listings.
+std::string shape_to_string(const std::vector<int64_t>& shape);
 
 // A tensor inside a mapped file: no ownership, no copy.
 struct TensorView {

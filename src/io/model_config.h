@@ -25,12 +25,17 @@ struct LayerRole {
   bool kv_source = false;         // owns a compressor and indexer keys (writes global KV)
   bool index_source = false;      // owns indexer queries (Full or Reindex)
   bool candidate_source = false;  // builds the candidate pool (L20)
+  bool candidate_restricted = false;  // index source after the candidate source: scores masked to the pool
   bool engram = false;            // Engram applied to the streams before this block
-  bool decoder = false;           // CED half: false = encoder (L < n_layers/2)
+  bool decoder = false;           // CED half: L >= ced_decoder_start() (V4.1: L20..L39 = the second half)
   bool dspark = false;            // DSpark draft stage (index >= n_layers)
   int kv_source_layer = -1;       // the layer whose compressed KV this one reads (-1: none)
   int index_source_layer = -1;    // the layer whose top-k this one uses (-1: none)
+
+  bool operator==(const LayerRole&) const = default;
 };
+
+const char* attention_kind_name(AttentionKind kind);  // "window", "full", "reindex", "reuse"
 
 struct ModelConfig {
   // model shape (ModelArgs names)
@@ -87,8 +92,16 @@ struct ModelConfig {
   int64_t dspark_markov_rank = 0;
   int dspark_n_routed_experts = 0;
   int dspark_n_activated_experts = 0;
-  int64_t image_token_id = -1;  // -1: vision disabled
-  int vision_n_layers = 0;
+  int64_t image_token_id = -1;  // -1: none configured (root config without image_token_id)
+  int vision_n_layers = 0;      // 0: vision disabled (model.py `vision_enabled`)
+  int64_t vision_dim = 1024;
+  int vision_n_heads = 16;
+  int64_t vision_inter_dim = 2816;
+  int vision_patch_size = 14;
+  double vision_rope_theta = 10000.0;
+  int vision_downsample_ratio = 3;
+  int vision_max_n_token = 1024;
+  int64_t vision_min_pixels = 544 * 544;
   // tokens and limits
   int bos_token_id = 0;
   int eos_token_id = 1;
@@ -96,12 +109,14 @@ struct ModelConfig {
   int64_t max_position_embeddings = 1048576;
   // quantisation
   std::string dtype = "fp8";         // linear weights
-  std::string expert_dtype = "fp4";  // routed experts
+  std::string expert_dtype = "fp4";  // routed experts ("" = null: experts use `dtype`)
   int weight_block_size = 32;
 
   std::vector<LayerRole> roles;  // n_layers + n_mtp_layers entries, filled by derive_roles()
 
-  // Parses either form (detected by the presence of "text_config" / "hidden_size" vs "dim").
+  // Parses either form (detected by the presence of "text_config" / "hidden_size" vs "dim"), then
+  // validates and derives the roles. The flat form has no max_position_embeddings: it is taken as
+  // original_seq_len * rope_factor (the YaRN-extended context; 1,048,576 on V4.1) when YaRN is on.
   static Result<ModelConfig> from_json_text(const std::string& text, const std::string& origin);
   // A checkpoint directory's config.json (or inference/config.json if that is all there is), or a file.
   static Result<ModelConfig> load(const std::string& path);
@@ -111,9 +126,20 @@ struct ModelConfig {
   void derive_roles();
 
   int total_layers() const { return n_layers + n_mtp_layers; }
+  bool vision_enabled() const { return vision_n_layers > 0; }
+  // DSpark stages that exist as modules (model.py builds mtp.* only when dspark_block_size > 0).
+  int dspark_stages() const { return dspark_block_size > 0 ? n_mtp_layers : 0; }
+  // First CED decoder layer: the last KV source. Every later layer reads only its global KV, so the
+  // layers before it (the encoder) plus its global-KV path are all that prefill must run on every
+  // token (spec/MODEL.md §5). n_layers when there is no KV source.
+  int ced_decoder_start() const;
+  // Compress ratio of a layer (0 for an index out of range).
+  int compress_ratio(int layer) const;
   // Routed experts / activated experts of a layer (DSpark stages may have their own counts).
   int routed_experts(int layer) const;
   int activated_experts(int layer) const;
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 }  // namespace dsflash
