@@ -2,6 +2,7 @@
 #include <string>
 
 #include "kernels/linear.h"
+#include "kernels/linear_impl.h"
 
 namespace dsflash {
 
@@ -47,8 +48,19 @@ Status check_bf16_linear(int64_t x_k, const Bf16Weight& w) {
   return Status::Ok();
 }
 
+namespace linear_impl {
+std::vector<const LinearKernels*> available_kernels() {
+  std::vector<const LinearKernels*> all;
+  if (const LinearKernels* k = avx512_kernels()) all.push_back(k);
+  if (const LinearKernels* k = avx2_kernels()) all.push_back(k);
+  all.push_back(&reference_linear_kernels());
+  return all;
+}
+}  // namespace linear_impl
+
+// Chosen once from cpuid (each ISA file checks its own features).
 const LinearKernels& best_linear_kernels() {
-  static const LinearKernels& best = reference_linear_kernels();
+  static const LinearKernels& best = *linear_impl::available_kernels().front();
   return best;
 }
 

@@ -1,0 +1,230 @@
+// AVX2 + FMA + F16C linear kernels (the x86-64-v3 baseline).
+//
+// FP8 / FP4 (spec/MODEL.md §4.9) on fp32 FMAs: weights are widened to fp32 (e4m3 through the fp16
+// converter: the code's magnitude bits shifted into an fp16 word give the value times 2^-8 exactly,
+// subnormals included; e2m1 through an 8-entry vpermps table), multiplied with the fp32 activation values
+// (every product exact), each 32-K block summed over 8 lanes and reduced, and the block partials are then
+// scaled and accumulated in K order exactly as the reference: y = y + (partial * sa) * sw.
+// A tile is 8 outputs; a chunk of 32 blocks of the tile is widened once into an L1 scratch (32 KB) and
+// reused for every row.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/linear_impl.h"
+#include "kernels/linear_tables.h"
+
+namespace dsflash::linear_impl {
+
+namespace {
+
+constexpr int kTile = 8;          // outputs per tile: one ymm of fp32 results
+constexpr int kChunkBlocks = 32;  // blocks per chunk: 8 outputs x 1024 K fp32 = 32 KB of scratch
+
+// Activation codes [rows, k] e4m3 -> fp32 values [rows, k] (exact).
+std::vector<float> widen_activations(const Fp8Activations& x) {
+  const LinearDecodeTables& t = linear_decode_tables();
+  std::vector<float> out(static_cast<size_t>(x.rows * x.k));
+  for (int64_t i = 0; i < x.rows * x.k; ++i) out[i] = t.e4m3_f32[x.codes[i]];
+  return out;
+}
+
+// 32 e4m3 codes -> 32 floats equal to value * 2^-8: sign-extended code << 7 puts the sign in bit 15 and
+// the 7 magnitude bits in the fp16 exponent/mantissa fields (bit 14 cleared by the mask).
+inline void fp8_block_to_f32(const uint8_t* src, float* dst) {
+  const __m256i mask = _mm256_set1_epi16(static_cast<short>(0xBF80));
+  for (int h = 0; h < 2; ++h) {
+    __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * h)));
+    // The NaN codes 0x7f / 0xff would land on a finite fp16; force the fp16 NaN exponent there.
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(s, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
+    s = _mm256_and_si256(_mm256_slli_epi16(s, 7), mask);
+    s = _mm256_or_si256(s, _mm256_and_si256(nan, _mm256_set1_epi16(0x7e00)));
+    _mm256_store_ps(dst + 16 * h, _mm256_cvtph_ps(_mm256_castsi256_si128(s)));
+    _mm256_store_ps(dst + 16 * h + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(s, 1)));
+  }
+}
+
+// 16 packed bytes (32 e2m1 codes, low nibble = even k) -> 32 floats (exact values).
+inline void fp4_block_to_f32(const uint8_t* src, __m256 magnitudes, float* dst) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  const __m128i nib = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(packed, nib);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nib);
+  const __m128i codes[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};  // k order
+  const __m256i sign_bit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  for (int h = 0; h < 2; ++h)
+    for (int q = 0; q < 2; ++q) {
+      __m256i c = _mm256_cvtepu8_epi32(q == 0 ? codes[h] : _mm_srli_si128(codes[h], 8));
+      __m256 mag = _mm256_permutevar8x32_ps(magnitudes, c);  // low 3 bits index the grid
+      __m256i sign = _mm256_and_si256(_mm256_slli_epi32(c, 28), sign_bit);
+      _mm256_store_ps(dst + 16 * h + 8 * q, _mm256_or_ps(mag, _mm256_castsi256_ps(sign)));
+    }
+}
+
+// 8 vectors (one per output) -> one vector whose lane i is the sum of vector i's lanes.
+inline __m256 reduce_8(const __m256* v) {
+  __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+  __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+  __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+inline __m256i lane_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+struct GemmArgs {
+  const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
+  const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
+  int64_t out = 0, in = 0, kb = 0, rows = 0;
+  const float* act = nullptr;          // [rows, in] fp32 values
+  const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
+  float* y = nullptr;                  // [rows, out]
+};
+
+template <bool kFp4>
+void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  const LinearDecodeTables& dt = linear_decode_tables();
+  // FP8 weights are widened as value * 2^-8; the partial is scaled back exactly before the block scales.
+  const __m256 unscale = _mm256_set1_ps(kFp4 ? 1.0f : 256.0f);
+  const __m256 magnitudes = _mm256_loadu_ps(dt.e2m1_f32);
+  alignas(32) float sw[kChunkBlocks][kTile];
+  alignas(32) float scratch[kTile][kChunkBlocks][32];
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int64_t o0 = tile * kTile;
+    const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
+    const __m256i store_mask = lane_mask(n);
+    int64_t rows_o[kTile];
+    for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
+    for (int64_t b0 = 0; b0 < g.kb; b0 += kChunkBlocks) {
+      const int64_t b1 = std::min(g.kb, b0 + kChunkBlocks);
+      for (int i = 0; i < kTile; ++i)
+        for (int64_t b = b0; b < b1; ++b) {
+          if constexpr (kFp4) {
+            fp4_block_to_f32(g.w + rows_o[i] * (g.in / 2) + b * 16, magnitudes, scratch[i][b - b0]);
+            sw[b - b0][i] = dt.e8m0_f32[g.w_scales[rows_o[i] * g.kb + b]];
+          } else {
+            fp8_block_to_f32(g.w + rows_o[i] * g.in + b * 32, scratch[i][b - b0]);
+            sw[b - b0][i] = dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]];
+          }
+        }
+      for (int64_t r = 0; r < g.rows; ++r) {
+        float* yr = g.y + r * g.out + o0;
+        const float* a = g.act + r * g.in;
+        const uint8_t* sa = g.act_scales + r * g.kb;
+        __m256 y = b0 == 0 ? _mm256_setzero_ps() : _mm256_maskload_ps(yr, store_mask);
+        for (int64_t b = b0; b < b1; ++b) {
+          const float* ab = a + b * 32;
+          const __m256 a0 = _mm256_loadu_ps(ab), a1 = _mm256_loadu_ps(ab + 8);
+          const __m256 a2 = _mm256_loadu_ps(ab + 16), a3 = _mm256_loadu_ps(ab + 24);
+          __m256 v[kTile];
+          for (int i = 0; i < kTile; ++i) {
+            const float* wb = scratch[i][b - b0];
+            __m256 s = _mm256_mul_ps(a0, _mm256_load_ps(wb));
+            s = _mm256_fmadd_ps(a1, _mm256_load_ps(wb + 8), s);
+            s = _mm256_fmadd_ps(a2, _mm256_load_ps(wb + 16), s);
+            v[i] = _mm256_fmadd_ps(a3, _mm256_load_ps(wb + 24), s);
+          }
+          const __m256 partial = _mm256_mul_ps(reduce_8(v), unscale);
+          y = _mm256_add_ps(y, _mm256_mul_ps(_mm256_mul_ps(partial, _mm256_set1_ps(dt.e8m0_f32[sa[b]])),
+                                             _mm256_load_ps(sw[b - b0])));
+        }
+        _mm256_maskstore_ps(yr, store_mask, y);
+      }
+    }
+  }
+}
+
+template <bool kFp4>
+void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
+                    float* y, ThreadPool* pool) {
+  if (x.rows <= 0 || out <= 0) return;
+  std::vector<float> act = widen_activations(x);
+  GemmArgs g;
+  g.w = w;
+  g.w_scales = w_scales;
+  g.out = out;
+  g.in = in;
+  g.kb = in / 32;
+  g.rows = x.rows;
+  g.act = act.data();
+  g.act_scales = x.scales;
+  g.y = y;
+  const int64_t tiles = (out + kTile - 1) / kTile;
+  auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles<kFp4>(g, begin, end); };
+  if (pool) pool->parallel_for(tiles, body);
+  else body(0, tiles, 0);
+}
+
+void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
+  run_block_gemm<false>(x, w.codes, w.scales, w.out, w.in, y, pool);
+}
+
+void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
+  run_block_gemm<true>(x, w.packed, w.scales, w.out, w.in, y, pool);
+}
+
+// BF16: 4 outputs x RT rows of 8-lane fp32 FMA accumulators; the K tail (< 8) is added in scalar FMAs.
+template <int RT>
+void bf16_tile(const float* x, int64_t k, const uint16_t* w, const int64_t* o, int n_out, int64_t out, float* y) {
+  __m256 acc[RT][4];
+  for (int r = 0; r < RT; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
+  int64_t kk = 0;
+  for (; kk + 8 <= k; kk += 8) {
+    __m256 wv[4];
+    for (int j = 0; j < 4; ++j)
+      wv[j] = _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + o[j] * k + kk))), 16));
+    for (int r = 0; r < RT; ++r) {
+      __m256 xv = _mm256_loadu_ps(x + r * k + kk);
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < RT; ++r)
+    for (int j = 0; j < n_out; ++j) {
+      __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[r][j]), _mm256_extractf128_ps(acc[r][j], 1));
+      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+      s = _mm_add_ss(s, _mm_movehdup_ps(s));
+      float total = _mm_cvtss_f32(s);
+      for (int64_t t = kk; t < k; ++t) {
+        uint32_t bits = static_cast<uint32_t>(w[o[j] * k + t]) << 16;
+        float wf;
+        __builtin_memcpy(&wf, &bits, 4);
+        total = __builtin_fmaf(x[r * k + t], wf, total);
+      }
+      y[r * out + o[j]] = total;
+    }
+}
+
+void bf16_groups(const float* x, int64_t rows, const Bf16Weight& w, float* y, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; ++g) {
+    int64_t o[4];
+    const int n_out = static_cast<int>(std::min<int64_t>(4, w.out - 4 * g));
+    for (int j = 0; j < 4; ++j) o[j] = 4 * g + std::min(j, n_out - 1);
+    int64_t r = 0;
+    for (; r + 2 <= rows; r += 2) bf16_tile<2>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out);
+    if (r < rows) bf16_tile<1>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out);
+  }
+}
+
+void bf16_gemm_avx2(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool) {
+  if (rows <= 0 || w.out <= 0) return;
+  const int64_t groups = (w.out + 3) / 4;
+  auto body = [&](int64_t begin, int64_t end, int) { bf16_groups(x, rows, w, y, begin, end); };
+  if (pool) pool->parallel_for(groups, body, 8);
+  else body(0, groups, 0);
+}
+
+}  // namespace
+
+const LinearKernels* avx2_kernels() {
+  static const bool supported =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  static const LinearKernels kernels{"avx2", fp8_gemm_avx2, fp4_gemm_avx2, bf16_gemm_avx2};
+  return supported ? &kernels : nullptr;
+}
+
+}  // namespace dsflash::linear_impl

@@ -1,0 +1,326 @@
+// AVX-512 linear kernels (F/BW/VL/DQ + BF16 + VBMI), compiled per function with target attributes so
+// the rest of the binary stays x86-64-v3.
+//
+// FP8 / FP4 (spec/MODEL.md §4.9): e4m3 and e2m1 values are exact in bf16 and their products are exact in
+// fp32, so `vdpbf16ps` forms each 32-K block's partial exactly whenever the fp32 sum is exact (almost
+// always; otherwise only the in-block summation order differs from the reference). The per-block scaling
+// and the K-order accumulation are the reference's: y = y + (partial * sa) * sw, one block after another.
+//
+// Layout: a tile is 16 outputs; K is walked in pairs of blocks (64 K). For one output and one pair, 64
+// weight codes become two zmm of 32 bf16 (W0, W1) whose low 256 bits hold block b and high 256 bits block
+// b+1 (the lane order vpunpck{l,h}{bw,wd} produce; the activations are prepared in the same order), so
+// dp(dp(0, W0, A0), W1, A1) leaves block b's partial spread over lanes 0-7 and block b+1's over 8-15.
+// A transposing reduction turns 16 such vectors (16 outputs) into P_b and P_b+1 with lane = output.
+// rows == 1 (decode) converts and multiplies in registers; rows > 1 converts a chunk of the tile once into
+// an L1 scratch and reuses it for every row.
+// GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -Wmaybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/linear_impl.h"
+#include "kernels/linear_tables.h"
+
+// The one target string of this file; every function that uses AVX-512 intrinsics carries it.
+#define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
+
+namespace dsflash::linear_impl {
+
+namespace {
+
+constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
+constexpr int kChunkPairs = 16;   // block pairs per chunk: 16 outputs x 1024 K bf16 = 32 KB of scratch
+
+// bf16 bits of the e4m3 magnitudes 0..127 split into low and high bytes (vpermt2b looks up 128 entries);
+// the sign bit is ORed into the high byte. bf16 bits of the 16 e2m1 codes for vpermw.
+struct Avx512Tables {
+  alignas(64) uint8_t fp8_lo[128];
+  alignas(64) uint8_t fp8_hi[128];
+  alignas(64) uint16_t fp4[32];
+};
+
+const Avx512Tables& avx512_tables() {
+  static const Avx512Tables tables = [] {
+    const LinearDecodeTables& t = linear_decode_tables();
+    Avx512Tables a{};
+    for (int c = 0; c < 128; ++c) {
+      a.fp8_lo[c] = static_cast<uint8_t>(t.e4m3_bf16[c] & 0xff);
+      a.fp8_hi[c] = static_cast<uint8_t>(t.e4m3_bf16[c] >> 8);
+    }
+    for (int c = 0; c < 16; ++c) a.fp4[c] = t.e2m1_bf16[c];
+    return a;
+  }();
+  return tables;
+}
+
+// Activation codes [rows, k] -> bf16 in the weights' lane order, [rows, npairs, 64] words (A0 = first 32,
+// A1 = last 32 of each pair); a missing last block (odd block count) is zero.
+// FP8 order (vpunpck{l,h}bw of a 64-byte load): code i of a pair -> A0[8*(i/16) + i%16] when i%16 < 8,
+// else A1[8*(i/16) + i%16 - 8].
+// FP4 order (vpunpck{l,h}wd of 32 zero-extended bytes): the k pair (2j, 2j+1) is dword j; dword j ->
+// A0 dword 4*(j/8) + j%8 when j%8 < 4, else A1 dword 4*(j/8) + j%8 - 4.
+std::vector<uint16_t> prepare_activations(const Fp8Activations& x, int64_t npairs, bool fp4_order) {
+  const LinearDecodeTables& t = linear_decode_tables();
+  std::vector<uint16_t> out(static_cast<size_t>(x.rows * npairs * 64), 0);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const uint8_t* codes = x.codes + r * x.k;
+    uint16_t* dst_row = out.data() + r * npairs * 64;
+    for (int64_t kk = 0; kk < x.k; ++kk) {
+      int64_t p = kk / 64;
+      int i = static_cast<int>(kk % 64);
+      int pos;
+      if (!fp4_order) {
+        int lane = i / 16, within = i % 16;
+        pos = within < 8 ? 8 * lane + within : 32 + 8 * lane + within - 8;
+      } else {
+        int j = i / 2, lane = j / 8, within = j % 8;
+        int dword = within < 4 ? 4 * lane + within : 16 + 4 * lane + within - 4;
+        pos = 2 * dword + (i % 2);
+      }
+      dst_row[p * 64 + pos] = t.e4m3_bf16[codes[kk]];
+    }
+  }
+  return out;
+}
+
+struct GemmArgs {
+  const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
+  const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
+  int64_t out = 0, in = 0, kb = 0, npairs = 0, rows = 0;
+  const uint16_t* act = nullptr;      // prepared [rows, npairs, 64] bf16
+  const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
+  float* y = nullptr;                 // [rows, out]
+};
+
+// 64 e4m3 codes (two blocks of one output) -> W0, W1 bf16 in the FP8 lane order.
+DSFLASH_AVX512 inline void fp8_to_bf16(__m512i codes, __m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1,
+                                       __m512i* w0, __m512i* w1) {
+  __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
+  __m512i hi = _mm512_permutex2var_epi8(hi0, codes, hi1);
+  hi = _mm512_ternarylogic_epi32(hi, codes, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (c & 0x80)
+  *w0 = _mm512_unpacklo_epi8(lo, hi);
+  *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+// 32 packed bytes (64 e2m1 codes, low nibble = even k) -> W0, W1 bf16 in the FP4 lane order.
+DSFLASH_AVX512 inline void fp4_to_bf16(__m256i packed, __m512i table, __m512i* w0, __m512i* w1) {
+  __m512i bytes = _mm512_cvtepu8_epi16(packed);
+  __m512i lo = _mm512_and_si512(bytes, _mm512_set1_epi16(0x000f));
+  __m512i hi = _mm512_srli_epi16(bytes, 4);
+  *w0 = _mm512_permutexvar_epi16(_mm512_unpacklo_epi16(lo, hi), table);
+  *w1 = _mm512_permutexvar_epi16(_mm512_unpackhi_epi16(lo, hi), table);
+}
+
+// 16 vectors (one per output) whose lanes 0-7 sum to block b's partial and lanes 8-15 to block b+1's
+// -> p0, p1 with lane i = output i.
+DSFLASH_AVX512 inline void reduce_16x2(const __m512* v, __m512* p0, __m512* p1) {
+  __m512 s[8];
+  for (int m = 0; m < 8; ++m)
+    s[m] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * m], v[2 * m + 1]), _mm512_unpackhi_ps(v[2 * m], v[2 * m + 1]));
+  __m512 t[4];
+  for (int n = 0; n < 4; ++n) {
+    __m512d a = _mm512_castps_pd(s[2 * n]), b = _mm512_castps_pd(s[2 * n + 1]);
+    t[n] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(t[2], t[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  *p0 = _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0));
+  *p1 = _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+DSFLASH_AVX512 inline __m512 dot_pair(__m512i w0, __m512i w1, __m512i a0, __m512i a1) {
+  __m512 v = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)w0, (__m512bh)a0);
+  return _mm512_dpbf16_ps(v, (__m512bh)w1, (__m512bh)a1);
+}
+
+// Tiles [tile_begin, tile_end) of y. kFp4 selects the weight format.
+template <bool kFp4>
+DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  const LinearDecodeTables& dt = linear_decode_tables();
+  const Avx512Tables& at = avx512_tables();
+  const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
+  const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
+  const __m512i fp4_table = _mm512_load_si512(at.fp4);
+  const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
+  const int64_t pair_bytes = kFp4 ? 32 : 64;
+
+  // Weights of output row `o`, block pair p -> W0, W1 (a lone last block reads only its own bytes).
+  auto convert = [&](int64_t o, int64_t p, bool half, __m512i* w0, __m512i* w1) DSFLASH_AVX512 {
+    const uint8_t* src = g.w + o * row_bytes + p * pair_bytes;
+    if constexpr (kFp4) {
+      __m256i packed = half ? _mm256_maskz_loadu_epi8(0xffff, src) : _mm256_loadu_si256((const __m256i*)src);
+      fp4_to_bf16(packed, fp4_table, w0, w1);
+    } else {
+      __m512i codes = half ? _mm512_maskz_loadu_epi8(0xffffffffull, src) : _mm512_loadu_si512(src);
+      fp8_to_bf16(codes, lo0, lo1, hi0, hi1, w0, w1);
+    }
+  };
+
+  alignas(64) float sw[2 * kChunkPairs][kTile];                  // weight scales of the chunk's blocks
+  alignas(64) uint16_t scratch[kTile][kChunkPairs][64];          // converted weights (rows > 1)
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int64_t o0 = tile * kTile;
+    const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
+    const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
+    int64_t rows_o[kTile];  // outputs past the end repeat the last one; their lanes are not stored
+    for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
+
+    for (int64_t p0 = 0; p0 < g.npairs; p0 += kChunkPairs) {
+      const int64_t p1 = std::min(g.npairs, p0 + kChunkPairs);
+      const int64_t b_end = std::min(2 * p1, g.kb);
+      for (int64_t b = 2 * p0; b < b_end; ++b)
+        for (int i = 0; i < kTile; ++i)
+          sw[b - 2 * p0][i] = kFp4 ? dt.e8m0_f32[g.w_scales[rows_o[i] * g.kb + b]]
+                                   : dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]];
+
+      if (g.rows == 1) {
+        __m512 y = p0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(store_mask, g.y + o0);
+        for (int64_t p = p0; p < p1; ++p) {
+          const bool half = 2 * p + 1 == g.kb;
+          const __m512i a0 = _mm512_loadu_si512(g.act + p * 64), a1 = _mm512_loadu_si512(g.act + p * 64 + 32);
+          __m512 v[kTile];
+          for (int i = 0; i < kTile; ++i) {
+            __m512i w0, w1;
+            convert(rows_o[i], p, half, &w0, &w1);
+            v[i] = dot_pair(w0, w1, a0, a1);
+          }
+          __m512 pb, pb1;
+          reduce_16x2(v, &pb, &pb1);
+          const int64_t bi = 2 * (p - p0);
+          y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb, _mm512_set1_ps(dt.e8m0_f32[g.act_scales[2 * p]])),
+                                             _mm512_load_ps(sw[bi])));
+          if (!half)
+            y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb1, _mm512_set1_ps(dt.e8m0_f32[g.act_scales[2 * p + 1]])),
+                                               _mm512_load_ps(sw[bi + 1])));
+        }
+        _mm512_mask_storeu_ps(g.y + o0, store_mask, y);
+        continue;
+      }
+
+      for (int i = 0; i < kTile; ++i)
+        for (int64_t p = p0; p < p1; ++p) {
+          __m512i w0, w1;
+          convert(rows_o[i], p, 2 * p + 1 == g.kb, &w0, &w1);
+          _mm512_store_si512(scratch[i][p - p0], w0);
+          _mm512_store_si512(scratch[i][p - p0] + 32, w1);
+        }
+      for (int64_t r = 0; r < g.rows; ++r) {
+        float* yr = g.y + r * g.out + o0;
+        const uint16_t* act = g.act + r * g.npairs * 64;
+        const uint8_t* sa = g.act_scales + r * g.kb;
+        __m512 y = p0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(store_mask, yr);
+        for (int64_t p = p0; p < p1; ++p) {
+          const __m512i a0 = _mm512_loadu_si512(act + p * 64), a1 = _mm512_loadu_si512(act + p * 64 + 32);
+          __m512 v[kTile];
+          for (int i = 0; i < kTile; ++i)
+            v[i] = dot_pair(_mm512_load_si512(scratch[i][p - p0]), _mm512_load_si512(scratch[i][p - p0] + 32), a0, a1);
+          __m512 pb, pb1;
+          reduce_16x2(v, &pb, &pb1);
+          const int64_t bi = 2 * (p - p0);
+          y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb, _mm512_set1_ps(dt.e8m0_f32[sa[2 * p]])),
+                                             _mm512_load_ps(sw[bi])));
+          if (2 * p + 1 < g.kb)
+            y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb1, _mm512_set1_ps(dt.e8m0_f32[sa[2 * p + 1]])),
+                                               _mm512_load_ps(sw[bi + 1])));
+        }
+        _mm512_mask_storeu_ps(yr, store_mask, y);
+      }
+    }
+  }
+}
+
+template <bool kFp4>
+void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
+                    float* y, ThreadPool* pool) {
+  if (x.rows <= 0 || out <= 0) return;
+  GemmArgs g;
+  g.w = w;
+  g.w_scales = w_scales;
+  g.out = out;
+  g.in = in;
+  g.kb = in / 32;
+  g.npairs = (g.kb + 1) / 2;
+  g.rows = x.rows;
+  std::vector<uint16_t> act = prepare_activations(x, g.npairs, kFp4);
+  g.act = act.data();
+  g.act_scales = x.scales;
+  g.y = y;
+  const int64_t tiles = (out + kTile - 1) / kTile;
+  auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles<kFp4>(g, begin, end); };
+  if (pool) pool->parallel_for(tiles, body);
+  else body(0, tiles, 0);
+}
+
+void fp8_gemm_avx512(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
+  run_block_gemm<false>(x, w.codes, w.scales, w.out, w.in, y, pool);
+}
+
+void fp4_gemm_avx512(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
+  run_block_gemm<true>(x, w.packed, w.scales, w.out, w.in, y, pool);
+}
+
+// BF16: y[r][o] = Σ_k x[r][k] * w[o][k] in fp32 FMAs, 16 lanes per (row, output), then one horizontal sum.
+// A tile is 4 outputs x RT rows (4*RT accumulators); weights are widened once per tile step.
+template <int RT>
+DSFLASH_AVX512 void bf16_tile(const float* x, int64_t k, const uint16_t* w, const int64_t* o, int n_out,
+                              int64_t out, float* y) {
+  __m512 acc[RT][4];
+  for (int r = 0; r < RT; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  auto step = [&](int64_t kk, __mmask16 m) DSFLASH_AVX512 {
+    __m512 wv[4];
+    for (int j = 0; j < 4; ++j)
+      wv[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, w + o[j] * k + kk)), 16));
+    for (int r = 0; r < RT; ++r) {
+      __m512 xv = _mm512_maskz_loadu_ps(m, x + r * k + kk);
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(xv, wv[j], acc[r][j]);
+    }
+  };
+  int64_t kk = 0;
+  for (; kk + 16 <= k; kk += 16) step(kk, 0xffff);
+  if (kk < k) step(kk, static_cast<__mmask16>((1u << (k - kk)) - 1));
+  for (int r = 0; r < RT; ++r)
+    for (int j = 0; j < n_out; ++j) y[r * out + o[j]] = _mm512_reduce_add_ps(acc[r][j]);
+}
+
+DSFLASH_AVX512 void bf16_groups(const float* x, int64_t rows, const Bf16Weight& w, float* y, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; ++g) {
+    int64_t o[4];
+    const int n_out = static_cast<int>(std::min<int64_t>(4, w.out - 4 * g));
+    for (int j = 0; j < 4; ++j) o[j] = 4 * g + std::min(j, n_out - 1);
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) bf16_tile<4>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out);
+    switch (rows - r) {
+      case 3: bf16_tile<3>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out); break;
+      case 2: bf16_tile<2>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out); break;
+      case 1: bf16_tile<1>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out); break;
+      default: break;
+    }
+  }
+}
+
+void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool) {
+  if (rows <= 0 || w.out <= 0) return;
+  const int64_t groups = (w.out + 3) / 4;
+  auto body = [&](int64_t begin, int64_t end, int) { bf16_groups(x, rows, w, y, begin, end); };
+  if (pool) pool->parallel_for(groups, body, 8);
+  else body(0, groups, 0);
+}
+
+}  // namespace
+
+const LinearKernels* avx512_kernels() {
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                                __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
+  static const LinearKernels kernels{"avx512", fp8_gemm_avx512, fp4_gemm_avx512, bf16_gemm_avx512};
+  return supported ? &kernels : nullptr;
+}
+
+}  // namespace dsflash::linear_impl

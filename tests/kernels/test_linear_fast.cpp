@@ -1,0 +1,194 @@
+// Every linear kernel set this CPU runs (AVX-512, AVX2) against the scalar reference
+// (src/kernels/linear_reference.cpp) on random shapes with ragged rows, outputs and block counts.
+//
+// Tolerances: the fast FP8/FP4 kernels keep the reference's block structure (one fp32 partial per 32-K
+// block, (partial * sa) * sw, blocks accumulated in K order) and differ only in the order of the 32
+// exact products inside a block, so they are bit-identical whenever the block sums are exact (tested
+// exactly below) and otherwise within the first-order bound of reordering an fp32 sum, twice
+// n * 2^-24 * Σ|terms| (once for each side's distance from the exact value). BF16 reorders the whole
+// K sum (SIMD lanes), with the same bound.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "formats/formats.h"
+#include "kernels/linear.h"
+#include "kernels/linear_impl.h"
+#include "test_linear_util.h"
+
+namespace dsflash {
+namespace {
+
+std::vector<const LinearKernels*> fast_kernels() {
+  std::vector<const LinearKernels*> all = linear_impl::available_kernels();
+  all.pop_back();  // the reference itself
+  return all;
+}
+
+struct Shape {
+  int rows, out, in;
+};
+
+// Ragged rows 1..17, outputs off every tile size, odd block counts, and K spanning several scratch chunks.
+const Shape kShapes[] = {{1, 1, 32},    {1, 7, 64},     {2, 15, 96},   {3, 16, 160},  {4, 17, 32},
+                         {5, 31, 224},  {6, 33, 1088},  {7, 45, 2112}, {8, 64, 256},  {9, 100, 96},
+                         {12, 8, 3104}, {16, 48, 1280}, {17, 33, 544}, {1, 130, 5120}, {2, 257, 64}};
+
+TEST(LinearFast, ThisMachineHasAFastPath) {
+  // Not a skip: the dispatcher must at least offer AVX2 on the x86-64-v3 baseline this project builds for.
+  EXPECT_FALSE(fast_kernels().empty());
+  EXPECT_STREQ(best_linear_kernels().name, linear_impl::available_kernels().front()->name);
+}
+
+TEST(LinearFast, Fp8MatchesReference) {
+  ThreadPool pool(2);
+  for (const LinearKernels* k : fast_kernels()) {
+    std::mt19937 rng(11);
+    for (const Shape& s : kShapes) {
+      auto x = test::random_fp8_acts(rng, s.rows, s.in);
+      auto w = test::random_fp8_weight(rng, s.out, s.in);
+      std::vector<float> ref(s.rows * s.out), fast(s.rows * s.out, -7.0f), fast_mt(s.rows * s.out, -7.0f);
+      reference_linear_kernels().fp8_gemm(x.view(), w.view(), ref.data(), nullptr);
+      k->fp8_gemm(x.view(), w.view(), fast.data(), nullptr);
+      k->fp8_gemm(x.view(), w.view(), fast_mt.data(), &pool);
+      EXPECT_EQ(fast, fast_mt) << k->name << " threads change results";
+      for (int r = 0; r < s.rows; ++r)
+        for (int o = 0; o < s.out; ++o) {
+          test::Exact e = test::exact_fp8(x.view(), w.view(), r, o);
+          ASSERT_NEAR(fast[r * s.out + o], ref[r * s.out + o], 2 * test::fp32_sum_bound(s.in, e.abs_sum))
+              << k->name << " rows " << s.rows << " out " << s.out << " in " << s.in << " at " << r << "," << o;
+        }
+    }
+  }
+}
+
+TEST(LinearFast, Fp4MatchesReference) {
+  ThreadPool pool(2);
+  for (const LinearKernels* k : fast_kernels()) {
+    std::mt19937 rng(12);
+    for (const Shape& s : kShapes) {
+      auto x = test::random_fp8_acts(rng, s.rows, s.in);
+      auto w = test::random_fp4_weight(rng, s.out, s.in);
+      std::vector<float> ref(s.rows * s.out), fast(s.rows * s.out, -7.0f), fast_mt(s.rows * s.out, -7.0f);
+      reference_linear_kernels().fp4_gemm(x.view(), w.view(), ref.data(), nullptr);
+      k->fp4_gemm(x.view(), w.view(), fast.data(), nullptr);
+      k->fp4_gemm(x.view(), w.view(), fast_mt.data(), &pool);
+      EXPECT_EQ(fast, fast_mt) << k->name << " threads change results";
+      for (int r = 0; r < s.rows; ++r)
+        for (int o = 0; o < s.out; ++o) {
+          test::Exact e = test::exact_fp4(x.view(), w.view(), r, o);
+          ASSERT_NEAR(fast[r * s.out + o], ref[r * s.out + o], 2 * test::fp32_sum_bound(s.in, e.abs_sum))
+              << k->name << " rows " << s.rows << " out " << s.out << " in " << s.in << " at " << r << "," << o;
+        }
+    }
+  }
+}
+
+TEST(LinearFast, Bf16MatchesReference) {
+  ThreadPool pool(2);
+  const Shape shapes[] = {{1, 1, 1},   {1, 5, 7},    {2, 9, 15},     {3, 4, 16},   {4, 13, 17},
+                          {5, 3, 100}, {7, 33, 513}, {16, 21, 1280}, {17, 6, 33}, {1, 130, 5120}};
+  for (const LinearKernels* k : fast_kernels()) {
+    std::mt19937 rng(13);
+    for (const Shape& s : shapes)
+      for (bool bf16_x : {true, false}) {
+        auto x = test::random_floats(rng, s.rows * s.in, bf16_x);
+        auto w = test::random_bf16_weight(rng, s.out, s.in);
+        std::vector<float> ref(s.rows * s.out), fast(s.rows * s.out, -7.0f), fast_mt(s.rows * s.out, -7.0f);
+        reference_linear_kernels().bf16_gemm(x.data(), s.rows, w.view(), ref.data(), nullptr);
+        k->bf16_gemm(x.data(), s.rows, w.view(), fast.data(), nullptr);
+        k->bf16_gemm(x.data(), s.rows, w.view(), fast_mt.data(), &pool);
+        EXPECT_EQ(fast, fast_mt) << k->name << " threads change results";
+        for (int r = 0; r < s.rows; ++r)
+          for (int o = 0; o < s.out; ++o) {
+            test::Exact e = test::exact_bf16(x.data(), w.view(), r, o);
+            ASSERT_NEAR(fast[r * s.out + o], ref[r * s.out + o], 2 * test::fp32_sum_bound(s.in, e.abs_sum))
+                << k->name << " rows " << s.rows << " out " << s.out << " in " << s.in << " at " << r << "," << o;
+          }
+      }
+  }
+}
+
+// Small dyadic values: every block sum is exact, so any layout, scale or order slip shows as a mismatch.
+TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
+  const uint8_t e4m3_small[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
+  for (const LinearKernels* k : fast_kernels()) {
+    std::mt19937 rng(14);
+    for (const Shape& s : kShapes) {
+      auto x = test::random_fp8_acts(rng, s.rows, s.in, 100, 140);
+      auto w8 = test::random_fp8_weight(rng, s.out, s.in, 100, 140);
+      auto w4 = test::random_fp4_weight(rng, s.out, s.in, 100, 140);
+      for (auto& c : x.codes) c = e4m3_small[rng() % std::size(e4m3_small)];
+      for (auto& c : w8.codes) c = e4m3_small[rng() % std::size(e4m3_small)];
+      std::vector<float> ref(s.rows * s.out), fast(s.rows * s.out);
+      reference_linear_kernels().fp8_gemm(x.view(), w8.view(), ref.data(), nullptr);
+      k->fp8_gemm(x.view(), w8.view(), fast.data(), nullptr);
+      ASSERT_EQ(fast, ref) << k->name << " fp8 rows " << s.rows << " out " << s.out << " in " << s.in;
+      reference_linear_kernels().fp4_gemm(x.view(), w4.view(), ref.data(), nullptr);
+      k->fp4_gemm(x.view(), w4.view(), fast.data(), nullptr);
+      ASSERT_EQ(fast, ref) << k->name << " fp4 rows " << s.rows << " out " << s.out << " in " << s.in;
+    }
+  }
+}
+
+// Realistic operands (activations from act_quant of normal values, weights quantised per block): the
+// block sums are almost always exact, so the fast kernels should agree bit for bit nearly everywhere.
+TEST(LinearFast, RealisticOperandsAgreeBitForBitAlmostEverywhere) {
+  for (const LinearKernels* k : fast_kernels()) {
+    std::mt19937 rng(15);
+    const int rows = 4, out = 96, in = 1280;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    test::Fp8ActData x;
+    x.rows = rows;
+    x.k = in;
+    x.codes.resize(rows * in);
+    x.scales.resize(rows * in / 32);
+    std::vector<float> xv(in);
+    for (int r = 0; r < rows; ++r) {
+      for (auto& v : xv) v = round_to_bf16(normal(rng));
+      std::vector<float> scaled(xv);
+      // act_quant_block32 (src/formats/quant.h) is the formats teammate's; emulate its per-block scale
+      // choice here only to get realistic codes (the kernels do not depend on how codes were made).
+      for (int b = 0; b < in / 32; ++b) {
+        float amax = 1e-4f;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xv[b * 32 + j]));
+        int e = static_cast<int>(std::ceil(std::log2(amax / 448.0f)));
+        x.scales[r * (in / 32) + b] = e8m0_from_exponent(e);
+        for (int j = 0; j < 32; ++j) x.codes[r * in + b * 32 + j] = f32_to_e4m3(xv[b * 32 + j] / std::ldexp(1.0f, e));
+      }
+    }
+    auto w = test::random_fp8_weight(rng, out, in, 115, 122);
+    for (auto& c : w.codes) c = f32_to_e4m3(normal(rng) * 64.0f);
+    std::vector<float> ref(rows * out), fast(rows * out);
+    reference_linear_kernels().fp8_gemm(x.view(), w.view(), ref.data(), nullptr);
+    k->fp8_gemm(x.view(), w.view(), fast.data(), nullptr);
+    int same = 0;
+    for (int i = 0; i < rows * out; ++i) same += fast[i] == ref[i];
+    EXPECT_GE(same, rows * out * 9 / 10) << k->name;
+  }
+}
+
+TEST(LinearFast, NanCodesAndScaleOrderEdgeCasesMatchReference) {
+  for (const LinearKernels* k : fast_kernels()) {
+    test::Fp8ActData x;
+    x.rows = 1;
+    x.k = 64;
+    x.codes.assign(64, 0x78);  // 256
+    x.scales = {static_cast<uint8_t>(127 + 120), 127};
+    test::Fp8WeightData w;
+    w.out = 3;
+    w.in = 64;
+    w.codes.assign(3 * 64, 0x48);  // 4: block 0 partial = 2^15, x 2^120 overflows before x 2^-100
+    w.codes[2 * 64 + 40] = 0x7f;   // NaN code in output 2, block 1
+    w.scales = {static_cast<uint8_t>(127 - 100), 127};
+    std::vector<float> y(3);
+    k->fp8_gemm(x.view(), w.view(), y.data(), nullptr);
+    EXPECT_TRUE(std::isinf(y[0])) << k->name << " " << y[0];
+    EXPECT_TRUE(std::isnan(y[2])) << k->name << " " << y[2];
+  }
+}
+
+}  // namespace
+}  // namespace dsflash
