@@ -7,18 +7,23 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "io/checkpoint.h"
+#include "kernels/linear.h"
 #include "model/compute_context.h"
+#include "model/rope.h"
 
 namespace dsflash {
 
 // Per-sequence attention state of all layers: window rings (FP8 e4m3 + ue8m0, 528 B/row at head_dim 512),
 // compressed main KV (FP4 e2m1 + e4m3 scales per 16) and indexer keys (MXFP4) of each KV source, compressor
 // tails (fp32 pending half-group). Defined in model/attention_state.h.
-class AttentionState;
+class AttentionState;  // (all three defined in model/attention_state.h)
 
 // Cross-layer CSA2 sharing inside one forward call (latest KV source, latest published top-k indices,
 // the candidate pool of the candidate source). Reset at the start of every forward call; layers run in order.
@@ -29,16 +34,68 @@ struct AttentionTrace;
 
 class AttentionLayer {
  public:
+  // Finds a tensor by its checkpoint name (nullptr: missing); lets tests bind from a bare SafetensorsFile.
+  using TensorLookup = std::function<const TensorView*(const std::string&)>;
+
   static Result<std::unique_ptr<AttentionLayer>> bind(const Checkpoint& checkpoint, int layer);
-  virtual ~AttentionLayer() = default;
+  // Binds layers.{layer}.attn.* (and for DSpark stages mtp.{layer - n_layers}.attn.*). Errors name the tensor,
+  // the expected and found dtype/shape, and `origin`. wo_a (stored FP8) is dequantised to bf16 here, exactly,
+  // as the reference's convert.py does.
+  static Result<std::unique_ptr<AttentionLayer>> bind(const TensorLookup& find, const std::string& origin,
+                                                      const ModelConfig& config, int layer);
+  ~AttentionLayer();
 
   // x: attention input [num_tokens, dim] (bf16 values in fp32) at absolute positions start_pos..start_pos+num_tokens-1.
   // out: [num_tokens, dim] (bf16 values). Updates `state` (this layer's window ring; on KV sources the compressed
   // caches and compressor tail) and `shared`.
   // compressor_input: for the CED decoder KV source, the compressor reads the same x; kept explicit for replay plans.
-  virtual Status forward(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
-                         Csa2Shared& shared, const ComputeContext& ctx, float* out,
-                         AttentionTrace* trace = nullptr) = 0;
+  //
+  // `shared` must have been reset for this call (same start_pos and num_tokens). Window layout (it decides the
+  // 64-entry blocks of the attention kernel, so it follows model.py exactly):
+  //   start_pos == 0 or num_tokens > 1: query s lists positions (s - W + 1).clamp(0) + [0, min(end_pos, W)),
+  //     entries > s are -1 (model.py prefill; a later chunk gives what one prefill gives for s >= W - 1);
+  //   start_pos > 0 and one token: the ring oldest slot first (model.py decode).
+  // Rows below shared.window_floor, or not held by the ring, are -1.
+  Status forward(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state, Csa2Shared& shared,
+                 const ComputeContext& ctx, float* out, AttentionTrace* trace = nullptr);
+
+  int layer() const { return layer_; }
+
+ private:
+  AttentionLayer() = default;
+  Status run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
+                        const ComputeContext& ctx, std::vector<float>* latents, std::vector<int64_t>* groups);
+  Status store_entries(const std::vector<float>& latents, const std::vector<int64_t>& groups, AttentionState& state,
+                       const ComputeContext& ctx);
+  Status run_indexer(const float* x, const float* qr, int64_t num_tokens, int64_t start_pos,
+                     const AttentionState& state, Csa2Shared& shared, const ComputeContext& ctx,
+                     AttentionTrace* trace);
+
+  int layer_ = 0;
+  // shape
+  int64_t dim_ = 0, head_dim_ = 0, rope_dim_ = 0, q_lora_ = 0, o_lora_ = 0;
+  int heads_ = 0, groups_ = 0, window_ = 0, ratio_ = 0;
+  int index_heads_ = 0, index_topk_ = 0, candidate_blocks_ = 0, candidate_block_size_ = 0;
+  int64_t index_head_dim_ = 0;
+  float eps_ = 1e-20f;
+  // CSA2 role (spec §4.5 table): model.py's "latest source in layer order".
+  bool kv_source_ = false, index_source_ = false, candidate_source_ = false, candidate_restricted_ = false;
+  int kv_source_layer_ = -1, index_source_layer_ = -1;
+  Rope rope_;
+  // weights (views into the checkpoint, except the dequantised wo_a and the copied sink)
+  Fp8Weight wq_a_, wq_b_, wkv_, wo_b_;
+  const uint16_t* q_norm_ = nullptr;   // [q_lora] bf16
+  const uint16_t* kv_norm_ = nullptr;  // [head_dim] bf16
+  std::vector<uint16_t> wo_a_;         // [groups * o_lora, heads * head_dim / groups] bf16 (dequantised FP8)
+  std::vector<float> sink_;            // [heads] fp32
+  // compressor (KV sources): wkv [head_dim, dim] bf16 (used in fp32 at ratio > 1), wgate (ratio > 1), norm
+  Bf16Weight compressor_wkv_, compressor_wgate_;
+  const uint16_t* compressor_norm_ = nullptr;
+  // indexer: queries on index sources, keys on KV sources
+  Fp8Weight index_wq_b_;               // [index_heads * index_head_dim, q_lora]
+  Bf16Weight index_weights_proj_;      // [index_heads, dim]
+  Bf16Weight index_wk_;                // [index_head_dim, head_dim] (KV sources)
+  const uint16_t* index_k_norm_ = nullptr;
 };
 
 }  // namespace dsflash

@@ -1,0 +1,50 @@
+// Sparse attention with the per-head sink (spec/MODEL.md §4.3 "sparse_attn", numerics of the official
+// kernel.py as its CPU port computes them). One query token attends to a list of KV rows (K == V) given in
+// list order; -1 entries are listed as nullptr and take part in the block layout but in nothing else.
+//
+// Per head h, over the list in blocks of 64 entries:
+//   s_j  = (q_h · row_j) * scale in fp32 (-inf for -1 entries)
+//   m'   = max(m, max_j s_j)      (m starts at -1e30)
+//   c    = exp(m - m');  p_j = exp(s_j - m')
+//   den  = den * c + Σ_j p_j                      (fp32, the reference's cascade order)
+//   num  = num * c + Σ_j bf16(p_j) * row_j       (probabilities rounded to bf16 before P·V)
+//   m    = m'
+// then den += exp(sink_h - m) and out_h = bf16(num / den).
+// The order of the list matters (blocks of 64 and the online max), so callers keep the reference's layout.
+#pragma once
+
+#include <cstdint>
+
+namespace dsflash {
+
+class ThreadPool;
+
+inline constexpr int kSparseAttentionBlock = 64;
+
+// A batch of queries. q [num_queries, heads, dim] bf16 values in fp32; rows [num_queries, num_entries]
+// pointers to dim-long fp32 rows (bf16 values; nullptr = a -1 entry); sink [heads] fp32;
+// out [num_queries, heads, dim] bf16 values in fp32.
+struct SparseAttentionArgs {
+  const float* q = nullptr;
+  const float* const* rows = nullptr;
+  const float* sink = nullptr;
+  float* out = nullptr;
+  int64_t num_queries = 0;
+  int64_t num_entries = 0;
+  int heads = 0;
+  int64_t dim = 0;
+  float scale = 1.0f;
+};
+
+struct SparseAttentionKernels {
+  const char* name;
+  void (*attend)(const SparseAttentionArgs& args, ThreadPool* pool);
+};
+
+// The scalar oracle: dot products and P·V summed in K order (the reference uses BLAS there), the
+// denominator's Σ p_j in the reference's cascade order, single-threaded.
+const SparseAttentionKernels& reference_sparse_attention();
+// Same formula, vectorised dot products (another fp32 summation order) and threads over queries and heads.
+const SparseAttentionKernels& best_sparse_attention();
+
+}  // namespace dsflash

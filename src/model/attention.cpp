@@ -1,0 +1,729 @@
+// Attention of one layer (spec/MODEL.md §4.3-§4.6), following model.py's Attention, Compressor and Indexer
+// step by step; the rounding points are those of the reference (bf16 tensors between ops, fp32 inside).
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "formats/formats.h"
+#include "formats/quant.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/sparse_attention.h"
+#include "kernels/topk.h"
+#include "model/attention_state.h"
+
+namespace dsflash {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPosInf = std::numeric_limits<float>::infinity();
+constexpr int64_t kQueryTile = 32;   // queries per tile (bounds the per-call buffers on long prefills)
+constexpr int64_t kKeyBlock = 256;   // indexer keys dequantised per block
+
+void round_all_to_bf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
+}
+
+// FP8 linear as model.py's linear(): act_quant (e4m3, ue8m0 per 32) then the FP8 GEMM, output rounded to bf16.
+void fp8_linear(const float* x, int64_t rows, const Fp8Weight& w, float* y, const ComputeContext& ctx) {
+  std::vector<uint8_t> codes(static_cast<size_t>(rows * w.in)), scales(static_cast<size_t>(rows * w.in / 32));
+  act_quant_block32(x, rows * w.in, codes.data(), scales.data());
+  const Fp8Activations a{codes.data(), scales.data(), rows, w.in};
+  ctx.linear->fp8_gemm(a, w, y, ctx.pool);
+  round_all_to_bf16(y, rows * w.out);
+}
+
+// BF16 (or fp32-promoted) linear: fp32 sums; rounded to bf16 when the reference's output tensor is bf16.
+void bf16_linear(const float* x, int64_t rows, const Bf16Weight& w, float* y, const ComputeContext& ctx,
+                 bool round_output) {
+  ctx.linear->bf16_gemm(x, rows, w, y, ctx.pool);
+  if (round_output) round_all_to_bf16(y, rows * w.out);
+}
+
+// PyTorch's CPU cascade sum over a reduced dimension that is not the innermost one (multi_row_sum): blocks of
+// 2^level_power values into level 0, folded upwards; used for index_score.sum(dim=heads).
+float outer_cascade_sum(const float* values, int64_t n) {
+  constexpr int kLevels = 4;
+  int64_t ceil_log2 = 1;
+  if (n > 2) {
+    ceil_log2 = 0;
+    for (uint64_t v = static_cast<uint64_t>(n) - 1; v != 0; v >>= 1) ++ceil_log2;
+  }
+  const int64_t level_power = std::max<int64_t>(4, ceil_log2 / kLevels);
+  const int64_t level_step = int64_t{1} << level_power;
+  const int64_t level_mask = level_step - 1;
+  float acc[kLevels] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t i = 0;
+  while (i + level_step <= n) {
+    for (int64_t j = 0; j < level_step; ++j, ++i) acc[0] += values[i];
+    for (int j = 1; j < kLevels; ++j) {
+      acc[j] += acc[j - 1];
+      acc[j - 1] = 0.0f;
+      if ((i & (level_mask << (j * level_power))) != 0) break;
+    }
+  }
+  for (; i < n; ++i) acc[0] += values[i];
+  for (int j = 1; j < kLevels; ++j) acc[0] += acc[j];
+  return acc[0];
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// Looks tensors up and checks dtype and shape; the first error is kept.
+class Binder {
+ public:
+  Binder(const AttentionLayer::TensorLookup& find, const std::string& origin) : find_(find), origin_(origin) {}
+
+  const TensorView* get(const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
+    if (!status_.ok()) return nullptr;
+    const TensorView* t = find_(name);
+    if (t == nullptr) {
+      status_ = Status::Error(origin_ + ": missing tensor " + name);
+      return nullptr;
+    }
+    if (t->dtype != dtype || t->shape != shape) {
+      status_ = Status::Error(origin_ + ": tensor " + name + " is " + dtype_name(t->dtype) + " " +
+                              shape_text(t->shape) + ", expected " + dtype_name(dtype) + " " + shape_text(shape));
+      return nullptr;
+    }
+    return t;
+  }
+  Fp8Weight fp8(const std::string& prefix, int64_t out, int64_t in) {
+    const TensorView* w = get(prefix + ".weight", DType::kF8_E4M3, {out, in});
+    const TensorView* s = get(prefix + ".scale", DType::kF8_E8M0, {(out + 31) / 32, (in + 31) / 32});
+    if (w == nullptr || s == nullptr) return {};
+    return Fp8Weight{w->data, s->data, out, in};
+  }
+  Bf16Weight bf16(const std::string& name, int64_t out, int64_t in) {
+    const TensorView* w = get(name, DType::kBF16, {out, in});
+    return w == nullptr ? Bf16Weight{} : Bf16Weight{w->as<uint16_t>(), out, in};
+  }
+  const uint16_t* bf16_vector(const std::string& name, int64_t n) {
+    const TensorView* w = get(name, DType::kBF16, {n});
+    return w == nullptr ? nullptr : w->as<uint16_t>();
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  const AttentionLayer::TensorLookup& find_;
+  const std::string& origin_;
+  Status status_;
+};
+
+bool contains(const std::vector<int>& list, int value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+// The latest entry of `sources` at or before `layer` (model.py's shared_attn: the most recent writer), or -1.
+int latest_source(const std::vector<int>& sources, int layer) {
+  int latest = -1;
+  for (int s : sources) {
+    if (s <= layer) latest = std::max(latest, s);
+  }
+  return latest;
+}
+
+}  // namespace
+
+AttentionLayer::~AttentionLayer() = default;
+
+Result<std::unique_ptr<AttentionLayer>> AttentionLayer::bind(const Checkpoint& checkpoint, int layer) {
+  return bind([&checkpoint](const std::string& name) { return checkpoint.find(name); }, checkpoint.dir(),
+              checkpoint.config(), layer);
+}
+
+Result<std::unique_ptr<AttentionLayer>> AttentionLayer::bind(const TensorLookup& find, const std::string& origin,
+                                                             const ModelConfig& config, int layer) {
+  const std::string where = origin + ": attention layer " + std::to_string(layer);
+  if (layer < 0 || layer >= config.total_layers() || static_cast<size_t>(layer) >= config.compress_ratios.size()) {
+    return Status::Error(where + ": no such layer (model has " + std::to_string(config.total_layers()) + ")");
+  }
+  std::unique_ptr<AttentionLayer> a(new AttentionLayer());
+  a->layer_ = layer;
+  a->dim_ = config.dim;
+  a->heads_ = config.n_heads;
+  a->head_dim_ = config.head_dim;
+  a->rope_dim_ = config.rope_head_dim;
+  a->q_lora_ = config.q_lora_rank;
+  a->groups_ = config.o_groups;
+  a->o_lora_ = config.o_lora_rank;
+  a->window_ = config.window_size;
+  a->ratio_ = config.compress_ratios[static_cast<size_t>(layer)];
+  a->index_heads_ = config.index_n_heads;
+  a->index_head_dim_ = config.index_head_dim;
+  a->index_topk_ = config.index_topk;
+  a->candidate_blocks_ = config.candidate_topk_blocks;
+  a->candidate_block_size_ = config.candidate_block_size;
+  a->eps_ = static_cast<float>(config.norm_eps);
+
+  if (a->heads_ <= 0 || a->groups_ <= 0 || a->heads_ % a->groups_ != 0) {
+    return Status::Error(where + ": n_heads " + std::to_string(a->heads_) + " must be a positive multiple of o_groups " +
+                         std::to_string(a->groups_));
+  }
+  if (a->head_dim_ % 32 != 0 || a->rope_dim_ <= 0 || a->rope_dim_ % 2 != 0 || a->rope_dim_ > a->head_dim_ ||
+      a->dim_ % 32 != 0 || a->q_lora_ % 32 != 0 || a->window_ <= 0) {
+    return Status::Error(where + ": unsupported shape (head_dim, dim, q_lora_rank must be multiples of 32, rope_head_dim "
+                                 "even and <= head_dim, window_size > 0)");
+  }
+
+  const bool backbone = layer < config.n_layers;
+  a->kv_source_ = backbone && contains(config.kv_source_layers, layer);
+  a->index_source_ = backbone && contains(config.index_source_layers, layer);
+  a->candidate_source_ = backbone && layer == config.candidate_source_layer;
+  a->candidate_restricted_ = a->index_source_ && config.candidate_source_layer >= 0 &&
+                             config.candidate_source_layer < layer;
+  if (a->ratio_ > 0) {
+    if (!backbone) return Status::Error(where + ": DSpark stages must have compress ratio 0");
+    a->kv_source_layer_ = latest_source(config.kv_source_layers, layer);
+    a->index_source_layer_ = latest_source(config.index_source_layers, layer);
+    if (a->kv_source_layer_ < 0 || a->index_source_layer_ < 0) {
+      return Status::Error(where + ": compress ratio " + std::to_string(a->ratio_) +
+                           " but no KV source / index source at or before it");
+    }
+    if (config.compress_ratios[static_cast<size_t>(a->kv_source_layer_)] != a->ratio_ ||
+        config.compress_ratios[static_cast<size_t>(a->index_source_layer_)] != a->ratio_) {
+      return Status::Error(where + ": its KV source L" + std::to_string(a->kv_source_layer_) + " / index source L" +
+                           std::to_string(a->index_source_layer_) + " has another compress ratio");
+    }
+    if (a->index_head_dim_ % 32 != 0 || a->index_head_dim_ < a->rope_dim_ || a->index_heads_ <= 0 ||
+        a->index_topk_ <= 0) {
+      return Status::Error(where + ": unsupported indexer shape (index_head_dim multiple of 32 and >= rope_head_dim)");
+    }
+    if (a->candidate_source_ && (a->candidate_blocks_ <= 0 || a->candidate_block_size_ <= 0)) {
+      return Status::Error(where + ": candidate source needs candidate_topk_blocks and candidate_block_size > 0");
+    }
+  }
+  a->rope_ = Rope::for_layer(config, layer);
+
+  const std::string prefix =
+      backbone ? "layers." + std::to_string(layer) + ".attn" : "mtp." + std::to_string(layer - config.n_layers) + ".attn";
+  Binder b(find, origin);
+  const int64_t hd = a->heads_ * a->head_dim_;
+  a->wq_a_ = b.fp8(prefix + ".wq_a", a->q_lora_, a->dim_);
+  a->q_norm_ = b.bf16_vector(prefix + ".q_norm.weight", a->q_lora_);
+  a->wq_b_ = b.fp8(prefix + ".wq_b", hd, a->q_lora_);
+  a->wkv_ = b.fp8(prefix + ".wkv", a->head_dim_, a->dim_);
+  a->kv_norm_ = b.bf16_vector(prefix + ".kv_norm.weight", a->head_dim_);
+  const int64_t wo_a_in = hd / a->groups_;
+  const Fp8Weight wo_a = b.fp8(prefix + ".wo_a", a->groups_ * a->o_lora_, wo_a_in);
+  a->wo_b_ = b.fp8(prefix + ".wo_b", a->dim_, a->groups_ * a->o_lora_);
+  if (const TensorView* sink = b.get(prefix + ".attn_sink", DType::kF32, {a->heads_})) {
+    a->sink_.resize(static_cast<size_t>(a->heads_));
+    std::memcpy(a->sink_.data(), sink->data, a->sink_.size() * sizeof(float));
+  }
+  if (a->kv_source_) {
+    a->compressor_wkv_ = b.bf16(prefix + ".compressor.wkv.weight", a->head_dim_, a->dim_);
+    if (a->ratio_ > 1) a->compressor_wgate_ = b.bf16(prefix + ".compressor.wgate.weight", a->head_dim_, a->dim_);
+    a->compressor_norm_ = b.bf16_vector(prefix + ".compressor.norm.weight", a->head_dim_);
+    a->index_wk_ = b.bf16(prefix + ".indexer.wk.weight", a->index_head_dim_, a->head_dim_);
+    a->index_k_norm_ = b.bf16_vector(prefix + ".indexer.k_norm.weight", a->index_head_dim_);
+  }
+  if (a->index_source_) {
+    a->index_wq_b_ = b.fp8(prefix + ".indexer.wq_b", a->index_heads_ * a->index_head_dim_, a->q_lora_);
+    a->index_weights_proj_ = b.bf16(prefix + ".indexer.weights_proj.weight", a->index_heads_, a->dim_);
+  }
+  if (!b.status().ok()) return b.status().with_context("attention layer " + std::to_string(layer));
+
+  // wo_a: FP8 [groups*o_lora, in] with one ue8m0 scale per 32x32 block -> bf16 (exact: e4m3 x 2^k fits bf16).
+  a->wo_a_.resize(static_cast<size_t>(wo_a.out * wo_a.in));
+  const int64_t scale_cols = (wo_a.in + 31) / 32;
+  for (int64_t r = 0; r < wo_a.out; ++r) {
+    for (int64_t c = 0; c < wo_a.in; ++c) {
+      const float scale = e8m0_to_f32(wo_a.scales[(r / 32) * scale_cols + c / 32]);
+      const float value = e4m3_to_f32(wo_a.codes[r * wo_a.in + c]) * scale;
+      a->wo_a_[static_cast<size_t>(r * wo_a.in + c)] = f32_to_bf16(value);
+    }
+  }
+  return a;
+}
+
+// Compressor (spec §4.4; model.py Compressor.forward): the latents (normalised, bf16 values, before RoPE and FP4)
+// of the groups completed in this call, and their group indices.
+Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
+                                      const ComputeContext& ctx, std::vector<float>* latents,
+                                      std::vector<int64_t>* groups) {
+  const int64_t d = head_dim_;
+  latents->clear();
+  groups->clear();
+  if (ratio_ == 1) {
+    // One token per group: latent = norm(wkv(x)) with the bf16 weight and a bf16 output.
+    latents->resize(static_cast<size_t>(num_tokens * d));
+    bf16_linear(x, num_tokens, compressor_wkv_, latents->data(), ctx, true);
+    rmsnorm_bf16(latents->data(), num_tokens, d, compressor_norm_, eps_, latents->data(), ctx.pool);
+    for (int64_t t = 0; t < num_tokens; ++t) groups->push_back(start_pos + t);
+    return Status::Ok();
+  }
+  CompressorTail* tail = state.tail(layer_);
+  if (tail == nullptr || tail->ratio != ratio_ || tail->head_dim != d) {
+    return Status::Error("attention layer " + std::to_string(layer_) + ": the state has no ratio-" +
+                         std::to_string(ratio_) + " compressor tail for this layer");
+  }
+  // kv, score = wkv(x.float()), wgate(x.float()): fp32 weights, fp32 outputs (no rounding).
+  std::vector<float> kv(static_cast<size_t>(num_tokens * d)), score(static_cast<size_t>(num_tokens * d));
+  bf16_linear(x, num_tokens, compressor_wkv_, kv.data(), ctx, false);
+  bf16_linear(x, num_tokens, compressor_wgate_, score.data(), ctx, false);
+  const int64_t end_pos = start_pos + num_tokens;
+  std::vector<float> pooled(static_cast<size_t>(d));
+  std::vector<const float*> slot_kv(static_cast<size_t>(ratio_)), slot_score(static_cast<size_t>(ratio_));
+  std::vector<float> e(static_cast<size_t>(ratio_));
+  for (int64_t p = start_pos; p < end_pos; ++p) {
+    if ((p + 1) % ratio_ != 0) continue;
+    const int64_t group = p / ratio_;
+    for (int i = 0; i < ratio_; ++i) {
+      const int64_t pos = group * ratio_ + i;
+      const bool fresh = pos >= start_pos;
+      slot_kv[static_cast<size_t>(i)] = fresh ? &kv[static_cast<size_t>((pos - start_pos) * d)] : &tail->kv[static_cast<size_t>(i * d)];
+      slot_score[static_cast<size_t>(i)] =
+          fresh ? &score[static_cast<size_t>((pos - start_pos) * d)] : &tail->score[static_cast<size_t>(i * d)];
+    }
+    for (int64_t c = 0; c < d; ++c) {
+      // softmax over the group per channel (torch CPU, non-last dim): max, exp(s - max), sum from 0, e / sum;
+      // then (kv * w).sum(dim) from 0 in slot order.
+      float m = slot_score[0][c];
+      for (int i = 1; i < ratio_; ++i) m = std::max(m, slot_score[static_cast<size_t>(i)][c]);
+      float sum = 0.0f;
+      for (int i = 0; i < ratio_; ++i) {
+        e[static_cast<size_t>(i)] = std::exp(slot_score[static_cast<size_t>(i)][c] - m);
+        sum += e[static_cast<size_t>(i)];
+      }
+      float acc = 0.0f;
+      for (int i = 0; i < ratio_; ++i) {
+        const float w = e[static_cast<size_t>(i)] / sum;
+        const float product = slot_kv[static_cast<size_t>(i)][c] * w;
+        acc += product;
+      }
+      pooled[static_cast<size_t>(c)] = round_to_bf16(acc);  // kv.to(bf16) before the norm
+    }
+    latents->insert(latents->end(), pooled.begin(), pooled.end());
+    groups->push_back(group);
+  }
+  // The pending part: model.py's prefill (start_pos 0) stores only the trailing partial group; a step after
+  // prefill stores its token whether or not the group completes.
+  const int64_t first_stored = start_pos == 0 ? end_pos - end_pos % ratio_ : start_pos;
+  for (int64_t p = first_stored; p < end_pos; ++p) {
+    const size_t slot = static_cast<size_t>((p % ratio_) * d);
+    std::memcpy(&tail->kv[slot], &kv[static_cast<size_t>((p - start_pos) * d)], static_cast<size_t>(d) * sizeof(float));
+    std::memcpy(&tail->score[slot], &score[static_cast<size_t>((p - start_pos) * d)],
+                static_cast<size_t>(d) * sizeof(float));
+  }
+  const int64_t emitted = static_cast<int64_t>(groups->size());
+  if (emitted > 0) {
+    rmsnorm_bf16(latents->data(), emitted, d, compressor_norm_, eps_, latents->data(), ctx.pool);
+  }
+  return Status::Ok();
+}
+
+// Indexer keys and main KV entries of the emitted groups (model.py Indexer keys, then Attention._compress_kv):
+//   key = MXFP4(rope(k_norm(wk(latent)))), kv = FP4-e4m3(rope(latent)), RoPE at the group's first position.
+Status AttentionLayer::store_entries(const std::vector<float>& latents, const std::vector<int64_t>& groups,
+                                     AttentionState& state, const ComputeContext& ctx) {
+  CompressedKv* kv = state.compressed(layer_);
+  if (kv == nullptr) {
+    return Status::Error("attention layer " + std::to_string(layer_) + ": the state has no compressed KV for this layer");
+  }
+  const int64_t n = static_cast<int64_t>(groups.size());
+  if (n == 0) return Status::Ok();
+  const int64_t d = head_dim_, id = index_head_dim_;
+  std::vector<float> keys(static_cast<size_t>(n * id));
+  bf16_linear(latents.data(), n, index_wk_, keys.data(), ctx, true);
+  rmsnorm_bf16(keys.data(), n, id, index_k_norm_, eps_, keys.data(), ctx.pool);
+  std::vector<float> row(static_cast<size_t>(d));
+  std::vector<uint8_t> kv_packed(static_cast<size_t>(d / 2)), kv_scales(static_cast<size_t>(d / 16));
+  std::vector<uint8_t> key_packed(static_cast<size_t>(id / 2)), key_scales(static_cast<size_t>(id / 32));
+  for (int64_t i = 0; i < n; ++i) {
+    if (groups[static_cast<size_t>(i)] != kv->num_entries()) {
+      return Status::Error("attention layer " + std::to_string(layer_) + ": compressed KV holds " +
+                           std::to_string(kv->num_entries()) + " entries, cannot append group " +
+                           std::to_string(groups[static_cast<size_t>(i)]) + " (state out of step with start_pos)");
+    }
+    const int64_t position = groups[static_cast<size_t>(i)] * ratio_;
+    float* key = &keys[static_cast<size_t>(i * id)];
+    rope_.rotate(key + id - rope_dim_, position);
+    fp4_quant_ue8m0_block32(key, id, key_packed.data(), key_scales.data());
+    std::memcpy(row.data(), &latents[static_cast<size_t>(i * d)], static_cast<size_t>(d) * sizeof(float));
+    rope_.rotate(row.data() + d - rope_dim_, position);
+    fp4_quant_e4m3_block16(row.data(), d, kv_packed.data(), kv_scales.data());
+    kv->append(kv_packed.data(), kv_scales.data(), key_packed.data(), key_scales.data());
+  }
+  return Status::Ok();
+}
+
+// Indexer queries and top-k (spec §4.5; model.py Indexer.forward after the key update and
+// select_candidate_blocks). Publishes the top-k (and on the candidate source the pool) into `shared`.
+Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_tokens, int64_t start_pos,
+                                   const AttentionState& state, Csa2Shared& shared, const ComputeContext& ctx,
+                                   AttentionTrace* trace) {
+  const int64_t end_pos = start_pos + num_tokens;
+  const int64_t width = end_pos / ratio_;  // compressed positions of the call's last query
+  const int ih = index_heads_;
+  const int64_t id = index_head_dim_;
+  const CompressedKv* source = state.compressed(kv_source_layer_);
+  if (source == nullptr || source->num_entries() < width) {
+    return Status::Error("attention layer " + std::to_string(layer_) + ": KV source L" +
+                         std::to_string(kv_source_layer_) + " holds " +
+                         std::to_string(source ? source->num_entries() : 0) + " entries, the indexer needs " +
+                         std::to_string(width));
+  }
+  if (candidate_restricted_ && (shared.candidate_layer < 0 || shared.candidate_width != width ||
+                                static_cast<int64_t>(shared.candidates.size()) != num_tokens * width)) {
+    return Status::Error("attention layer " + std::to_string(layer_) +
+                         ": Reindex layer needs the candidate pool of this call (run the candidate source first)");
+  }
+  // q_I = MXFP4(rope(wq_b(qr))) per head; w = bf16(weights_proj(x)) * (id^-0.5 * ih^-0.5) -> bf16.
+  std::vector<float> q(static_cast<size_t>(num_tokens * ih * id));
+  fp8_linear(qr, num_tokens, index_wq_b_, q.data(), ctx);
+  {
+    const size_t half = static_cast<size_t>(rope_dim_ / 2);
+    std::vector<float> c(half), s(half);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      rope_.angles(start_pos + t, c.data(), s.data());
+      for (int h = 0; h < ih; ++h) rope_.rotate(&q[static_cast<size_t>((t * ih + h) * id + id - rope_dim_)], c.data(), s.data());
+    }
+  }
+  fake_quant_fp4_ue8m0_block32(q.data(), num_tokens * ih * id);
+  std::vector<float> weights(static_cast<size_t>(num_tokens * ih));
+  bf16_linear(x, num_tokens, index_weights_proj_, weights.data(), ctx, true);
+  const float weight_scale =
+      static_cast<float>(std::pow(static_cast<double>(id), -0.5) * std::pow(static_cast<double>(ih), -0.5));
+  for (float& w : weights) w = round_to_bf16(w * weight_scale);
+
+  const int64_t k = std::min<int64_t>(index_topk_, width);
+  const int64_t blocks = candidate_source_ ? (width + candidate_block_size_ - 1) / candidate_block_size_ : 0;
+  std::vector<int32_t> topk(static_cast<size_t>(num_tokens * k));
+  std::vector<uint8_t> pool_mask;
+  if (candidate_source_) pool_mask.assign(static_cast<size_t>(num_tokens * width), 0);
+  if (trace != nullptr) {
+    trace->index_width = width;
+    trace->index_scores.assign(static_cast<size_t>(num_tokens * width), 0.0f);
+    trace->topk_width = k;
+    if (candidate_source_) {
+      trace->candidate_blocks = blocks;
+      trace->candidate_block_scores.assign(static_cast<size_t>(num_tokens * blocks), 0.0f);
+    }
+  }
+  const TopkKernels& topk_kernels = ctx.reference ? reference_topk() : best_topk();
+
+  const int64_t key_blocks = (width + kKeyBlock - 1) / kKeyBlock;
+  std::vector<float> scores;
+  for (int64_t tile = 0; tile < num_tokens; tile += kQueryTile) {
+    const int64_t tile_n = std::min(kQueryTile, num_tokens - tile);
+    scores.assign(static_cast<size_t>(tile_n * width), 0.0f);
+    // score[t][j] = bf16( Σ_h bf16( relu(bf16(q_h · k_j)) * w_h ) ), the head sum in torch's cascade order.
+    auto score_keys = [&](int64_t kb_begin, int64_t kb_end, int) {
+      std::vector<float> key(static_cast<size_t>(kKeyBlock * id));
+      std::vector<float> per_head(static_cast<size_t>(ih));
+      for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
+        const int64_t j0 = kb * kKeyBlock, j1 = std::min(width, j0 + kKeyBlock);
+        for (int64_t j = j0; j < j1; ++j) source->read_index_key(j, &key[static_cast<size_t>((j - j0) * id)]);
+        for (int64_t t = 0; t < tile_n; ++t) {
+          const float* qt = &q[static_cast<size_t>((tile + t) * ih * id)];
+          const float* wt = &weights[static_cast<size_t>((tile + t) * ih)];
+          for (int64_t j = j0; j < j1; ++j) {
+            const float* kj = &key[static_cast<size_t>((j - j0) * id)];
+            for (int h = 0; h < ih; ++h) {
+              const float* qh = qt + h * id;
+              float dot = 0.0f;
+              for (int64_t c = 0; c < id; ++c) dot += qh[c] * kj[c];
+              const float relu = std::max(round_to_bf16(dot), 0.0f);
+              per_head[static_cast<size_t>(h)] = round_to_bf16(relu * wt[h]);
+            }
+            scores[static_cast<size_t>(t * width + j)] = round_to_bf16(outer_cascade_sum(per_head.data(), ih));
+          }
+        }
+      }
+    };
+    if (ctx.pool != nullptr && key_blocks > 1) {
+      ctx.pool->parallel_for(key_blocks, score_keys);
+    } else {
+      score_keys(0, key_blocks, 0);
+    }
+    // Per query: visibility, candidate pool (source) or restriction (Reindex), top-k.
+    auto select = [&](int64_t t_begin, int64_t t_end, int) {
+      std::vector<float> block_scores(static_cast<size_t>(blocks));
+      std::vector<int32_t> chosen(static_cast<size_t>(std::max<int64_t>(k, std::min<int64_t>(candidate_blocks_, blocks))));
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        const int64_t query = tile + t;
+        float* row = &scores[static_cast<size_t>(t * width)];
+        const int64_t visible = (start_pos + query + 1) / ratio_;
+        for (int64_t j = visible; j < width; ++j) row[j] = kNegInf;
+        if (candidate_source_) {
+          for (int64_t bi = 0; bi < blocks; ++bi) {
+            float m = kNegInf;
+            const int64_t j0 = bi * candidate_block_size_, j1 = std::min(width, j0 + candidate_block_size_);
+            for (int64_t j = j0; j < j1; ++j) m = std::max(m, row[j]);
+            block_scores[static_cast<size_t>(bi)] = m;
+          }
+          // the block holding the newest visible position is pinned in (python floor division: none if visible == 0)
+          if (visible > 0) block_scores[static_cast<size_t>((visible - 1) / candidate_block_size_)] = kPosInf;
+          const int64_t kb = std::min<int64_t>(candidate_blocks_, blocks);
+          topk_kernels.select(block_scores.data(), blocks, kb, chosen.data());
+          uint8_t* mask = &pool_mask[static_cast<size_t>(query * width)];
+          for (int64_t i = 0; i < kb; ++i) {
+            const int64_t bi = chosen[static_cast<size_t>(i)];
+            if (!(block_scores[static_cast<size_t>(bi)] > kNegInf)) continue;
+            const int64_t j0 = bi * candidate_block_size_, j1 = std::min(width, j0 + candidate_block_size_);
+            for (int64_t j = j0; j < j1; ++j) mask[j] = 1;
+          }
+          if (trace != nullptr) {
+            std::copy(block_scores.begin(), block_scores.end(),
+                      trace->candidate_block_scores.begin() + query * blocks);
+          }
+        } else if (candidate_restricted_) {
+          const uint8_t* mask = &shared.candidates[static_cast<size_t>(query * width)];
+          for (int64_t j = 0; j < width; ++j) {
+            if (mask[j] == 0) row[j] = kNegInf;
+          }
+        }
+        if (trace != nullptr) std::copy(row, row + width, trace->index_scores.begin() + query * width);
+        int32_t* out = &topk[static_cast<size_t>(query * k)];
+        topk_kernels.select(row, width, k, out);
+        std::sort(out, out + k);
+        for (int64_t i = 0; i < k; ++i) {
+          if (out[i] >= visible) out[i] = -1;
+        }
+      }
+    };
+    if (ctx.pool != nullptr && tile_n > 1) {
+      ctx.pool->parallel_for(tile_n, select);
+    } else {
+      select(0, tile_n, 0);
+    }
+  }
+  shared.topk_layer = layer_;
+  shared.topk_width = k;
+  shared.topk = std::move(topk);
+  if (candidate_source_) {
+    shared.candidate_layer = layer_;
+    shared.candidate_width = width;
+    shared.candidates = std::move(pool_mask);
+    if (trace != nullptr) trace->candidates = shared.candidates;
+  }
+  if (trace != nullptr) trace->index_topk = shared.topk;
+  return Status::Ok();
+}
+
+Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
+                               Csa2Shared& shared, const ComputeContext& ctx, float* out, AttentionTrace* trace) {
+  const std::string where = "attention layer " + std::to_string(layer_);
+  if (x == nullptr || out == nullptr || num_tokens <= 0 || start_pos < 0) {
+    return Status::Error(where + ": bad arguments (num_tokens " + std::to_string(num_tokens) + ", start_pos " +
+                         std::to_string(start_pos) + ")");
+  }
+  if (ctx.linear == nullptr) return Status::Error(where + ": ComputeContext has no linear kernels");
+  if (layer_ >= state.num_layers() || state.window(layer_).window() != window_ ||
+      state.window(layer_).head_dim() != head_dim_) {
+    return Status::Error(where + ": the attention state was not made for this model");
+  }
+  if (shared.start_pos != start_pos || shared.num_tokens != num_tokens) {
+    return Status::Error(where + ": Csa2Shared was reset for positions [" + std::to_string(shared.start_pos) + ", +" +
+                         std::to_string(shared.num_tokens) + "), the call is [" + std::to_string(start_pos) + ", +" +
+                         std::to_string(num_tokens) + ")");
+  }
+  if (trace != nullptr) trace->clear();
+  const int64_t t_n = num_tokens, d = head_dim_, h_n = heads_, rd = rope_dim_;
+  const int64_t end_pos = start_pos + t_n;
+  const size_t half = static_cast<size_t>(rd / 2);
+  std::vector<float> cos_t(static_cast<size_t>(t_n) * half), sin_t(static_cast<size_t>(t_n) * half);
+  for (int64_t t = 0; t < t_n; ++t) rope_.angles(start_pos + t, &cos_t[t * half], &sin_t[t * half]);
+
+  // q path: qr = q_norm(wq_a(x)) [T, q_lora]; q = rope(wq_b(qr)) [T, H, D].
+  std::vector<float> qr(static_cast<size_t>(t_n * q_lora_));
+  fp8_linear(x, t_n, wq_a_, qr.data(), ctx);
+  rmsnorm_bf16(qr.data(), t_n, q_lora_, q_norm_, eps_, qr.data(), ctx.pool);
+  std::vector<float> q(static_cast<size_t>(t_n * h_n * d));
+  fp8_linear(qr.data(), t_n, wq_b_, q.data(), ctx);
+  for (int64_t t = 0; t < t_n; ++t) {
+    for (int64_t h = 0; h < h_n; ++h) rope_.rotate(&q[static_cast<size_t>((t * h_n + h) * d + d - rd)], &cos_t[t * half], &sin_t[t * half]);
+  }
+
+  // The single latent K = V: kv = FP8(rope(kv_norm(wkv(x)))) [T, D]; codes/scales are the window ring's bytes.
+  std::vector<float> kv(static_cast<size_t>(t_n * d));
+  fp8_linear(x, t_n, wkv_, kv.data(), ctx);
+  rmsnorm_bf16(kv.data(), t_n, d, kv_norm_, eps_, kv.data(), ctx.pool);
+  for (int64_t t = 0; t < t_n; ++t) rope_.rotate(&kv[static_cast<size_t>(t * d + d - rd)], &cos_t[t * half], &sin_t[t * half]);
+  std::vector<uint8_t> kv_codes(static_cast<size_t>(t_n * d)), kv_scales(static_cast<size_t>(t_n * d / 32));
+  act_quant_block32(kv.data(), t_n * d, kv_codes.data(), kv_scales.data());
+  dequant_e4m3_ue8m0(kv_codes.data(), kv_scales.data(), t_n * d, 32, kv.data());
+
+  // Window rows and each query's window entries (see the header for the layout).
+  WindowRing& ring = state.window(layer_);
+  const int64_t win = window_;
+  const bool decode_layout = start_pos > 0 && t_n == 1;
+  const int64_t window_entries = decode_layout ? win : std::min(end_pos, win);
+  const int64_t floor = shared.window_floor;
+  std::vector<float> window_rows;                 // dequantised rows
+  std::vector<const float*> window_list(static_cast<size_t>(t_n * window_entries), nullptr);
+  if (decode_layout) {
+    ring.write(start_pos, kv_codes.data(), kv_scales.data());
+    window_rows.resize(static_cast<size_t>(win * d));
+    const int64_t oldest = start_pos % win + 1;
+    for (int64_t i = 0; i < win; ++i) {
+      const int slot = static_cast<int>((oldest + i) % win);
+      const int64_t pos = ring.slot_position(slot);
+      if (pos < 0 || pos > start_pos || pos <= start_pos - win || pos < floor) continue;
+      float* row = &window_rows[static_cast<size_t>(i * d)];
+      ring.read_slot(slot, row);
+      window_list[static_cast<size_t>(i)] = row;
+    }
+  } else {
+    const int64_t first = std::max<int64_t>(0, start_pos - win + 1);
+    window_rows.resize(static_cast<size_t>((end_pos - first) * d));
+    std::vector<uint8_t> present(static_cast<size_t>(end_pos - first), 0);
+    for (int64_t p = first; p < end_pos; ++p) {
+      float* row = &window_rows[static_cast<size_t>((p - first) * d)];
+      if (p >= start_pos) {
+        std::memcpy(row, &kv[static_cast<size_t>((p - start_pos) * d)], static_cast<size_t>(d) * sizeof(float));
+        present[static_cast<size_t>(p - first)] = 1;
+      } else if (ring.holds(p)) {
+        ring.read_slot(static_cast<int>(p % win), row);
+        present[static_cast<size_t>(p - first)] = 1;
+      }
+    }
+    for (int64_t t = 0; t < t_n; ++t) {
+      const int64_t s = start_pos + t;
+      const int64_t base = std::max<int64_t>(0, s - win + 1);
+      for (int64_t i = 0; i < window_entries; ++i) {
+        const int64_t p = base + i;
+        if (p > s || p < floor || p < first || !present[static_cast<size_t>(p - first)]) continue;
+        window_list[static_cast<size_t>(t * window_entries + i)] = &window_rows[static_cast<size_t>((p - first) * d)];
+      }
+    }
+    for (int64_t p = std::max(start_pos, end_pos - win); p < end_pos; ++p) {
+      ring.write(p, &kv_codes[static_cast<size_t>((p - start_pos) * d)],
+                 &kv_scales[static_cast<size_t>((p - start_pos) * d / 32)]);
+    }
+  }
+
+  // Compressed branch: compressor + keys on KV sources, indexer on index sources, else the published top-k.
+  const CompressedKv* compressed = nullptr;
+  int64_t topk_width = 0;
+  if (ratio_ > 0) {
+    const int64_t compress_len = end_pos / ratio_;
+    if (kv_source_) {
+      const CompressedKv* own = state.compressed(layer_);
+      if (own == nullptr || own->num_entries() != start_pos / ratio_) {
+        return Status::Error(where + ": compressed KV holds " + std::to_string(own ? own->num_entries() : -1) +
+                             " entries at start_pos " + std::to_string(start_pos) + ", expected " +
+                             std::to_string(start_pos / ratio_));
+      }
+      std::vector<float> latents;
+      std::vector<int64_t> groups;
+      Status st = run_compressor(x, t_n, start_pos, state, ctx, &latents, &groups);
+      if (!st.ok()) return st;
+      st = store_entries(latents, groups, state, ctx);
+      if (!st.ok()) return st;
+      if (trace != nullptr) {
+        trace->compressor_latent = latents;
+        trace->compressor_groups = groups;
+      }
+    }
+    compressed = state.compressed(kv_source_layer_);
+    if (compressed == nullptr || compressed->num_entries() < compress_len) {
+      return Status::Error(where + ": KV source L" + std::to_string(kv_source_layer_) + " holds " +
+                           std::to_string(compressed ? compressed->num_entries() : 0) + " entries, " +
+                           std::to_string(compress_len) + " are visible at end position " + std::to_string(end_pos));
+    }
+    if (index_source_) {
+      if (compress_len == 0) {
+        shared.topk_layer = layer_;
+        shared.topk_width = 0;
+        shared.topk.clear();
+      } else {
+        Status st = run_indexer(x, qr.data(), t_n, start_pos, state, shared, ctx, trace);
+        if (!st.ok()) return st;
+      }
+    } else if (shared.topk_layer != index_source_layer_ ||
+               static_cast<int64_t>(shared.topk.size()) != t_n * shared.topk_width) {
+      return Status::Error(where + ": Reuse layer needs the top-k of index source L" +
+                           std::to_string(index_source_layer_) + " from this call (found L" +
+                           std::to_string(shared.topk_layer) + ")");
+    }
+    topk_width = shared.topk_width;
+  }
+
+  // Sparse attention over [window entries ; compressed entries], in tiles of queries; the compressed rows a tile
+  // uses are dequantised once per tile.
+  const int64_t entries = window_entries + topk_width;
+  std::vector<float> o(static_cast<size_t>(t_n * h_n * d));
+  const SparseAttentionKernels& attention = ctx.reference ? reference_sparse_attention() : best_sparse_attention();
+  std::vector<const float*> list;
+  std::vector<float> compressed_rows;
+  std::vector<int32_t> row_of;  // compressed position -> row in compressed_rows (-1: not loaded)
+  if (topk_width > 0) row_of.assign(static_cast<size_t>(compressed->num_entries()), -1);
+  std::vector<int32_t> loaded;
+  const float scale = static_cast<float>(std::pow(static_cast<double>(d), -0.5));
+  for (int64_t tile = 0; tile < t_n; tile += kQueryTile) {
+    const int64_t tile_n = std::min(kQueryTile, t_n - tile);
+    loaded.clear();
+    for (int64_t t = tile; t < tile + tile_n; ++t) {
+      for (int64_t i = 0; i < topk_width; ++i) {
+        const int32_t pos = shared.topk[static_cast<size_t>(t * topk_width + i)];
+        if (pos >= 0 && row_of[static_cast<size_t>(pos)] < 0) {
+          row_of[static_cast<size_t>(pos)] = static_cast<int32_t>(loaded.size());
+          loaded.push_back(pos);
+        }
+      }
+    }
+    compressed_rows.resize(loaded.size() * static_cast<size_t>(d));
+    for (size_t r = 0; r < loaded.size(); ++r) compressed->read_kv(loaded[r], &compressed_rows[r * static_cast<size_t>(d)]);
+    list.assign(static_cast<size_t>(tile_n * entries), nullptr);
+    for (int64_t t = 0; t < tile_n; ++t) {
+      const float* const* wl = &window_list[static_cast<size_t>((tile + t) * window_entries)];
+      std::copy(wl, wl + window_entries, list.begin() + t * entries);
+      for (int64_t i = 0; i < topk_width; ++i) {
+        const int32_t pos = shared.topk[static_cast<size_t>((tile + t) * topk_width + i)];
+        if (pos >= 0) {
+          list[static_cast<size_t>(t * entries + window_entries + i)] =
+              &compressed_rows[static_cast<size_t>(row_of[static_cast<size_t>(pos)]) * static_cast<size_t>(d)];
+        }
+      }
+    }
+    SparseAttentionArgs args;
+    args.q = &q[static_cast<size_t>(tile * h_n * d)];
+    args.rows = list.data();
+    args.sink = sink_.data();
+    args.out = &o[static_cast<size_t>(tile * h_n * d)];
+    args.num_queries = tile_n;
+    args.num_entries = entries;
+    args.heads = static_cast<int>(h_n);
+    args.dim = d;
+    args.scale = scale;
+    attention.attend(args, ctx.pool);
+    for (int32_t pos : loaded) row_of[static_cast<size_t>(pos)] = -1;
+  }
+
+  // Remove the query rotation from the output, then the grouped wo_a (bf16 einsum) and wo_b (FP8).
+  for (int64_t t = 0; t < t_n; ++t) {
+    for (int64_t h = 0; h < h_n; ++h) {
+      rope_.rotate(&o[static_cast<size_t>((t * h_n + h) * d + d - rd)], &cos_t[t * half], &sin_t[t * half], true);
+    }
+  }
+  const int64_t group_in = h_n * d / groups_;
+  std::vector<float> group_x(static_cast<size_t>(t_n * group_in)), group_y(static_cast<size_t>(t_n * o_lora_));
+  std::vector<float> oa(static_cast<size_t>(t_n * groups_ * o_lora_));
+  for (int g = 0; g < groups_; ++g) {
+    for (int64_t t = 0; t < t_n; ++t) {
+      std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
+                  static_cast<size_t>(group_in) * sizeof(float));
+    }
+    const Bf16Weight w{wo_a_.data() + static_cast<size_t>(g) * static_cast<size_t>(o_lora_ * group_in), o_lora_,
+                       group_in};
+    bf16_linear(group_x.data(), t_n, w, group_y.data(), ctx, true);
+    for (int64_t t = 0; t < t_n; ++t) {
+      std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)], &group_y[static_cast<size_t>(t * o_lora_)],
+                  static_cast<size_t>(o_lora_) * sizeof(float));
+    }
+  }
+  fp8_linear(oa.data(), t_n, wo_b_, out, ctx);
+  return Status::Ok();
+}
+
+}  // namespace dsflash
