@@ -151,6 +151,16 @@ TEST(EngramTokenMap, WholeV3VocabularyMatchesHuggingFace) {
   expect_maps_equal(*map, read_expected(kSource + "/tests/data/engram/v3_token_map.txt"), "V3");
 }
 
+// Mapped over the config's 129,280 ids, the V3 file leaves ids 128815.. undefined: they decode to "" and
+// share one key, so the count is 98,628 (what tokenizers 0.23.1 gives with --num-ids 129280).
+TEST(EngramTokenMap, UndefinedIdsShareTheEmptyKey) {
+  const auto map = EngramTokenMap::from_tokenizer_json(kShared + "/tokenizer/deepseek_v3_tokenizer.json", 129280);
+  ASSERT_TRUE(map.ok()) << map.status().message();
+  EXPECT_EQ(map->compressed_vocab_size(), 98628);
+  EXPECT_EQ(map->compressed_id(128815), 98627);
+  EXPECT_EQ(map->compressed_id(129279), 98627);
+}
+
 // V4.1's added tokens (the reconstructed file): 129,280 ids give the spec's 99,092 compressed ids, i.e.
 // the 465 records added since V3 are all distinct keys (98,627 + 465).
 TEST(EngramTokenMap, V41AddedTokensGiveSpecCount) {
