@@ -11,6 +11,12 @@
 #include "formats/quant.h"
 #include "io/model_config.h"
 
+// model.py rounds gate*value to fp32 before adding it to h (two torch ops); GCC's default -ffp-contract=fast
+// would fuse them into one FMA and change the last bit now and then.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 namespace dsflash {
 
 namespace {
