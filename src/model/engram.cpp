@@ -116,6 +116,19 @@ Status Engram::forward(float* streams, int64_t num_tokens, const int64_t* hash_i
                        const uint8_t* dead) const {
   if (num_tokens <= 0) return Status::Ok();
   if (ctx.linear == nullptr) return Status::Error("Engram layer " + std::to_string(layer_) + ": no linear kernels");
+  // Rows are independent: blocks of tokens bound the scratch (wkv output alone is (hc+1)*dim fp32 per token,
+  // 100 KB at the released shapes) without changing any value.
+  constexpr int64_t kTokensPerBlock = 64;
+  for (int64_t first = 0; first < num_tokens; first += kTokensPerBlock) {
+    const int64_t n = std::min(kTokensPerBlock, num_tokens - first);
+    forward_block(streams + first * hc_ * dim_, n, hash_ids + first * num_hash_layers_ * columns_, ctx,
+                  dead != nullptr ? dead + first : nullptr);
+  }
+  return Status::Ok();
+}
+
+void Engram::forward_block(float* streams, int64_t num_tokens, const int64_t* hash_ids, const ComputeContext& ctx,
+                           const uint8_t* dead) const {
   const int64_t in = columns_ * head_dim_;
   const int64_t out = (hc_ + 1) * dim_;
   const int64_t scales_per_row = head_dim_ / 32;
@@ -192,7 +205,7 @@ Status Engram::forward(float* streams, int64_t num_tokens, const int64_t* hash_i
       }
     }
   });
-  return Status::Ok();
 }
+
 
 }  // namespace dsflash

@@ -44,6 +44,10 @@ class Engram {
                  const uint8_t* dead = nullptr) const;
 
  private:
+  // forward() on at most a block of tokens (bounded scratch).
+  void forward_block(float* streams, int64_t num_tokens, const int64_t* hash_ids, const ComputeContext& ctx,
+                     const uint8_t* dead) const;
+
   int layer_ = 0;
   int layer_hash_index_ = 0;
   int num_hash_layers_ = 0;

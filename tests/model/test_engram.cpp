@@ -168,6 +168,20 @@ TEST_P(EngramGolden, MatchesOfficialEngramOut) {
         EXPECT_EQ(compare(ref_all, got).exact, static_cast<int64_t>(got.size())) << "batched decode rows";
       }
     }
+    // Prefill and decode rows in one call (85 rows for rand: more than one internal block of 64 tokens).
+    std::vector<float> all_in, all_want;
+    std::vector<int64_t> all_hash;
+    for (const std::string phase : {"prefill", "decode"}) {
+      const auto in = read_f32(*file, phase + ".layers." + std::to_string(layer - 1) + ".out");
+      const auto want = read_f32(*file, phase + ".layers." + std::to_string(layer) + ".engram_out");
+      const auto hash = read_i64(*file, phase + ".engram_hash");
+      all_in.insert(all_in.end(), in.begin(), in.end());
+      all_want.insert(all_want.end(), want.begin(), want.end());
+      all_hash.insert(all_hash.end(), hash.begin(), hash.end());
+    }
+    const int64_t all_tokens = static_cast<int64_t>(all_in.size()) / row;
+    ASSERT_TRUE(engram->forward(all_in.data(), all_tokens, all_hash.data(), best_ctx).ok());
+    EXPECT_EQ(compare(all_in, all_want).exact, static_cast<int64_t>(all_want.size())) << "all rows, layer " << layer;
   }
 }
 
