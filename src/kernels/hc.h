@@ -30,9 +30,10 @@ struct HcShape {
 
 // mixes -> (pre, post, comb) for one token, the reference's iteration order: row softmax + eps, one column
 // normalisation, then (iters-1) x (row, column) normalisations, each dividing by (sum + eps).
-// mixes [(2+hc)*hc], pre [hc], post [hc], comb [hc*hc].
+// mixes [(2+hc)*hc], pre [hc], post [hc], comb [hc*hc]. exp is computed as PyTorch's vectorised SLEEF expf_u10
+// for gate elements i < scalar_from and with std::exp (its scalar tail path) from there on.
 void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, const HcShape& shape, float* pre,
-                       float* post, float* comb);
+                       float* post, float* comb, int scalar_from = 1 << 30);
 
 // streams [tokens, hc, dim] (bf16 values) -> pre [tokens, hc], post [tokens, hc], comb [tokens, hc, hc].
 // mixes = (flat · fnᵀ) * rsqrt(mean(flat²) + norm_eps), one statistic per token over all hc*dim values;

@@ -1,0 +1,116 @@
+// `dsflash logits`: prefill on prompt ids, then N greedy (or --follow teacher-forced) decode steps; writes the
+// logits rows as little-endian float32 [rows, vocab] and prints one JSON line describing them. Outside checks
+// and tests call this: keep the interface stable.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "token_ids.h"
+#include "model/model_runner.h"
+
+namespace dsflash::cli {
+
+Result<std::vector<int32_t>> parse_token_ids(const std::string& text, const std::string& origin) {
+  std::vector<int32_t> ids;
+  std::string token;
+  auto flush = [&]() -> Status {
+    if (token.empty()) return Status::Ok();
+    char* end = nullptr;
+    const long long value = std::strtoll(token.c_str(), &end, 10);
+    if (end == token.c_str() || *end != '\0' || value < INT32_MIN || value > INT32_MAX) {
+      return Status::Error(origin + ": \"" + token + "\" is not a token id");
+    }
+    ids.push_back(static_cast<int32_t>(value));
+    token.clear();
+    return Status::Ok();
+  };
+  for (char c : text) {
+    if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+      Status s = flush();
+      if (!s.ok()) return s;
+    } else {
+      token.push_back(c);
+    }
+  }
+  Status s = flush();
+  if (!s.ok()) return s;
+  return ids;
+}
+
+Result<std::vector<int32_t>> read_prompt_ids(const std::string& tokens, const std::string& tokens_file) {
+  if (!tokens.empty() && !tokens_file.empty()) return Status::Error("give either --tokens or --tokens-file, not both");
+  if (!tokens_file.empty()) {
+    std::ifstream in(tokens_file);
+    if (!in) return Status::Error("cannot read --tokens-file " + tokens_file);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    return parse_token_ids(buffer.str(), tokens_file);
+  }
+  return parse_token_ids(tokens, "--tokens");
+}
+
+void add_logits_command(CLI::App& app, int* exit_code) {
+  struct Options {
+    std::string model_dir, tokens, tokens_file, out, follow;
+    int64_t steps = 0;
+    bool exact = false, reference = false;
+    int threads = 0;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("logits", "prefill + greedy decode, write float32 logits rows");
+  cmd->add_option("-m,--model", options->model_dir, "checkpoint directory")->required();
+  cmd->add_option("--tokens", options->tokens, "prompt token ids, comma separated");
+  cmd->add_option("--tokens-file", options->tokens_file, "file with prompt token ids (comma/space separated)");
+  cmd->add_option("-n,--steps", options->steps, "decode steps after the prompt")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--out", options->out, "output file: little-endian float32 [rows, vocab]")->required();
+  cmd->add_flag("--exact", options->exact, "official full forward; a row for every prompt position");
+  cmd->add_option("--follow", options->follow, "ids fed at the decode steps instead of the greedy choice");
+  cmd->add_flag("--reference", options->reference, "scalar reference kernels (the oracle), single-threaded");
+  cmd->add_option("--threads", options->threads, "worker threads of the fast path (0 = all)");
+  cmd->callback([options, exit_code] {
+    auto fail = [exit_code](const Status& s) {
+      std::cerr << "dsflash logits: " << s.message() << "\n";
+      *exit_code = 1;
+    };
+    auto prompt = read_prompt_ids(options->tokens, options->tokens_file);
+    if (!prompt.ok()) return fail(prompt.status());
+    if (prompt->empty()) return fail(Status::Error("the prompt is empty: give --tokens or --tokens-file"));
+    std::vector<int32_t> follow;
+    if (!options->follow.empty()) {
+      auto ids = parse_token_ids(options->follow, "--follow");
+      if (!ids.ok()) return fail(ids.status());
+      follow = std::move(*ids);
+    }
+    RunnerOptions runner_options;
+    runner_options.reference = options->reference;
+    runner_options.num_threads = options->threads;
+    auto runner = ModelRunner::open(options->model_dir, runner_options);
+    if (!runner.ok()) return fail(runner.status());
+    auto run = run_greedy(**runner, *prompt, options->steps, follow, options->exact);
+    if (!run.ok()) return fail(run.status());
+    std::ofstream out(options->out, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(run->logits.data()),
+              static_cast<std::streamsize>(run->logits.size() * sizeof(float)));
+    if (!out) return fail(Status::Error("cannot write " + options->out));
+    nlohmann::json line;
+    line["generated"] = run->generated;
+    line["positions"] = run->positions;
+    line["rows"] = run->positions.size();
+    line["vocab"] = (*runner)->config().vocab_size;
+    line["prompt_tokens"] = prompt->size();
+    line["decode_steps"] = options->steps;
+    line["kernels"] = options->reference ? "reference" : (*runner)->context().linear->name;
+    line["out"] = options->out;
+    std::cout << line.dump() << std::endl;
+    *exit_code = 0;
+  });
+}
+
+}  // namespace dsflash::cli

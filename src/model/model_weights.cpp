@@ -1,0 +1,112 @@
+#include "model/model_weights.h"
+
+#include "formats/formats.h"
+#include "model/weight_binding.h"
+#include "tokenizer/engram_token_map.h"
+
+namespace dsflash {
+namespace {
+
+// hc_*_scale: F32 [3] in the spec's schema, BF16 [3] in the golden checkpoints; the reference uses fp32.
+Result<std::vector<float>> bind_small_f32(const Checkpoint& checkpoint, const std::string& name, int64_t n) {
+  auto found = checkpoint.get(name);
+  if (!found.ok()) return found.status();
+  const TensorView* t = *found;
+  if (t->shape != std::vector<int64_t>{n} || (t->dtype != DType::kF32 && t->dtype != DType::kBF16)) {
+    return Status::Error("tensor " + name + " in " + t->file + ": expected F32 or BF16 [" + std::to_string(n) + "]");
+  }
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    out[static_cast<size_t>(i)] = t->dtype == DType::kF32 ? t->as<float>()[i] : bf16_to_f32(t->as<uint16_t>()[i]);
+  }
+  return out;
+}
+
+// Attention tensors read per decode step (all of layers.L.attn.*).
+int64_t attention_bytes(const Checkpoint& checkpoint, int layer) {
+  const std::string prefix = "layers." + std::to_string(layer) + ".attn.";
+  int64_t bytes = 0;
+  for (const TensorView* t : checkpoint.all_tensors()) {
+    if (t->name.compare(0, prefix.size(), prefix) == 0) bytes += static_cast<int64_t>(t->num_bytes);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ModelWeights>> ModelWeights::bind(const Checkpoint& checkpoint) {
+  auto weights = std::unique_ptr<ModelWeights>(new ModelWeights());
+  ModelWeights& w = *weights;
+  w.config_ = checkpoint.config();
+  const ModelConfig& config = w.config_;
+  const int64_t dim = config.dim;
+  w.hc_shape_.hc = config.hc_mult;
+  w.hc_shape_.dim = dim;
+  w.hc_shape_.sinkhorn_iters = config.hc_sinkhorn_iters;
+  w.hc_shape_.hc_eps = static_cast<float>(config.hc_eps);
+  w.hc_shape_.norm_eps = static_cast<float>(config.norm_eps);
+  const int mix = w.hc_shape_.mix_count();
+  const int64_t hc_dim = config.hc_mult * dim;
+
+  auto embed = bind_bf16_matrix(checkpoint, "embed.weight", config.vocab_size, dim);
+  if (!embed.ok()) return embed.status();
+  w.embed_ = *embed;
+  auto head = bind_bf16_matrix(checkpoint, "head.weight", config.vocab_size, dim);
+  if (!head.ok()) return head.status();
+  w.head_ = *head;
+  auto norm = bind_bf16_vector(checkpoint, "norm.weight", dim);
+  if (!norm.ok()) return norm.status();
+  w.final_norm_ = *norm;
+
+  if (!config.engram_layer_ids.empty()) {
+    const std::string tokenizer = checkpoint.dir() + "/tokenizer.json";
+    auto map = EngramTokenMap::from_tokenizer_json(tokenizer, config.vocab_size);
+    if (!map.ok()) return map.status().with_context("Engram token map");
+    auto hasher = NgramHasher::create(config, map->ids(), map->compressed_vocab_size());
+    if (!hasher.ok()) return hasher.status().with_context("Engram hasher from " + tokenizer);
+    w.hasher_.emplace(std::move(*hasher));
+  }
+
+  int64_t bytes = dim * 2 /* embedding row */ + config.vocab_size * dim * 2 /* head */ + dim * 2;
+  w.blocks_.resize(static_cast<size_t>(config.n_layers));
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    BlockWeights& b = w.blocks_[static_cast<size_t>(layer)];
+    b.layer = layer;
+    const std::string p = "layers." + std::to_string(layer) + ".";
+    for (auto [site, scale, name] : {std::tuple{&b.hc_attn, &b.hc_attn_scale, std::string("hc_attn")},
+                                     std::tuple{&b.hc_ffn, &b.hc_ffn_scale, std::string("hc_ffn")}}) {
+      auto fn = bind_f32(checkpoint, p + name + "_fn", {mix, hc_dim});
+      if (!fn.ok()) return fn.status();
+      auto base = bind_f32(checkpoint, p + name + "_base", {mix});
+      if (!base.ok()) return base.status();
+      auto s = bind_small_f32(checkpoint, p + name + "_scale", 3);
+      if (!s.ok()) return s.status();
+      *scale = std::move(*s);
+      *site = HcSiteWeights{*fn, *base, scale->data()};
+      bytes += mix * hc_dim * 4;
+    }
+    auto attn_norm = bind_bf16_vector(checkpoint, p + "attn_norm.weight", dim);
+    if (!attn_norm.ok()) return attn_norm.status();
+    b.attn_norm = *attn_norm;
+    auto ffn_norm = bind_bf16_vector(checkpoint, p + "ffn_norm.weight", dim);
+    if (!ffn_norm.ok()) return ffn_norm.status();
+    b.ffn_norm = *ffn_norm;
+    auto attention = AttentionLayer::bind(checkpoint, layer);
+    if (!attention.ok()) return attention.status();
+    b.attention = std::move(*attention);
+    auto moe = MoeLayer::bind(checkpoint, p + "ffn", layer);
+    if (!moe.ok()) return moe.status();
+    bytes += moe->weight_bytes_per_token() + attention_bytes(checkpoint, layer);
+    b.moe.emplace(std::move(*moe));
+    if (config.roles.at(static_cast<size_t>(layer)).engram) {
+      if (!w.hasher_) return Status::Error("layer " + std::to_string(layer) + " has Engram but no hasher");
+      auto engram = Engram::bind(checkpoint, layer, w.hasher_->layout());
+      if (!engram.ok()) return engram.status();
+      b.engram.emplace(std::move(*engram));
+    }
+  }
+  w.decode_weight_bytes_ = bytes;
+  return weights;
+}
+
+}  // namespace dsflash

@@ -1,0 +1,65 @@
+// Every weight the backbone forward pass reads, bound from a Checkpoint (views onto the mapped shards; only
+// the tiny fp32 hc scales and the Engram hasher tables are owned). Binding checks every dtype and shape, so a
+// checkpoint missing a tensor the config needs fails here with the tensor's name, never during a forward.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/status.h"
+#include "io/checkpoint.h"
+#include "kernels/hc.h"
+#include "kernels/linear.h"
+#include "model/attention.h"
+#include "model/engram.h"
+#include "model/engram_hash.h"
+#include "model/moe.h"
+
+namespace dsflash {
+
+// One block (spec/MODEL.md §4.2): mHC sites, norms, attention, MoE, and Engram before it where configured.
+struct BlockWeights {
+  int layer = 0;
+  HcSiteWeights hc_attn;
+  HcSiteWeights hc_ffn;
+  std::vector<float> hc_attn_scale;  // [3] fp32 (stored F32 or BF16)
+  std::vector<float> hc_ffn_scale;   // [3]
+  const uint16_t* attn_norm = nullptr;  // [dim] bf16
+  const uint16_t* ffn_norm = nullptr;   // [dim] bf16
+  std::unique_ptr<AttentionLayer> attention;
+  std::optional<MoeLayer> moe;
+  std::optional<Engram> engram;
+};
+
+class ModelWeights {
+ public:
+  // Binds the backbone (embed, layers 0..n_layers-1, norm, head) and, when the config has Engram layers,
+  // the hasher built from the checkpoint's tokenizer.json. DSpark stages are not bound (not needed for
+  // target-model decoding).
+  static Result<std::unique_ptr<ModelWeights>> bind(const Checkpoint& checkpoint);
+
+  const ModelConfig& config() const { return config_; }
+  const HcShape& hc_shape() const { return hc_shape_; }
+  const Bf16Weight& embed() const { return embed_; }
+  const Bf16Weight& head() const { return head_; }
+  const uint16_t* final_norm() const { return final_norm_; }
+  const std::vector<BlockWeights>& blocks() const { return blocks_; }
+  const NgramHasher* engram_hasher() const { return hasher_ ? &*hasher_ : nullptr; }
+
+  // Bytes of weights one decode step reads (embedding row, hc, norms, attention, gate + routed top-k + shared
+  // expert, head); attention counted by its tensor sizes.
+  int64_t decode_weight_bytes() const { return decode_weight_bytes_; }
+
+ private:
+  ModelConfig config_;
+  HcShape hc_shape_;
+  Bf16Weight embed_{};
+  Bf16Weight head_{};
+  const uint16_t* final_norm_ = nullptr;
+  std::vector<BlockWeights> blocks_;
+  std::optional<NgramHasher> hasher_;
+  int64_t decode_weight_bytes_ = 0;
+};
+
+}  // namespace dsflash
