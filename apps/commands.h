@@ -10,5 +10,6 @@ namespace dsflash::cli {
 
 void add_inspect_command(CLI::App& app, int* exit_code);
 void add_make_tiny_command(CLI::App& app, int* exit_code);
+void add_logits_command(CLI::App& app, int* exit_code);
 
 }  // namespace dsflash::cli

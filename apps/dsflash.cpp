@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   dsflash::cli::add_inspect_command(app, &exit_code);
   dsflash::cli::add_make_tiny_command(app, &exit_code);
+  dsflash::cli::add_logits_command(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
