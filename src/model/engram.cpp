@@ -116,6 +116,9 @@ Status Engram::forward(float* streams, int64_t num_tokens, const int64_t* hash_i
                        const uint8_t* dead) const {
   if (num_tokens <= 0) return Status::Ok();
   if (ctx.linear == nullptr) return Status::Error("Engram layer " + std::to_string(layer_) + ": no linear kernels");
+  if (streams == nullptr || hash_ids == nullptr) {
+    return Status::Error("Engram layer " + std::to_string(layer_) + ": no streams or hash ids given");
+  }
   // Rows are independent: blocks of tokens bound the scratch (wkv output alone is (hc+1)*dim fp32 per token,
   // 100 KB at the released shapes) without changing any value.
   constexpr int64_t kTokensPerBlock = 64;
