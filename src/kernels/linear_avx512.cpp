@@ -139,6 +139,36 @@ DSFLASH_AVX512 inline __m512 dot_pair(__m512i w0, __m512i w1, __m512i a0, __m512
   return _mm512_dpbf16_ps(v, (__m512bh)w1, (__m512bh)a1);
 }
 
+// ue8m0 codes (in the low byte of each dword) -> 2^(code-127) as fp32; code 0 is the subnormal 2^-127 and
+// 0xff is NaN, as in linear_decode_tables().
+DSFLASH_AVX512 inline __m512 e8m0_to_f32_x16(__m512i codes) {
+  __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(codes, 23));
+  v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(codes, _mm512_setzero_si512()),
+                         _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
+  return _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(codes, _mm512_set1_epi32(0xff)),
+                            _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+}
+
+// FP4 weight scales of the tile's 16 outputs for blocks [b_begin, b_end): sw[b - b_begin][i].
+// Each output has its own scale row [kb]; a dword gather reads 4 bytes (4 blocks) from each, so the last
+// blocks, whose read would pass the end of the scale tensor, are read one byte at a time instead.
+DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* rows_o, __m512i offsets,
+                                             int64_t b_begin, int64_t b_end, float (*sw)[kTile]) {
+  const LinearDecodeTables& dt = linear_decode_tables();
+  const int64_t total = g.out * g.kb;
+  int64_t b = b_begin;
+  // One dword gather brings the scales of 4 consecutive blocks of every output.
+  for (; b < b_end && rows_o[kTile - 1] * g.kb + b + 4 <= total; b += 4) {
+    const __m512i codes = _mm512_i32gather_epi32(_mm512_add_epi32(offsets, _mm512_set1_epi32(static_cast<int>(b))),
+                                                 g.w_scales, 1);
+    for (int t = 0; t < 4 && b + t < b_end; ++t)
+      _mm512_store_ps(sw[b + t - b_begin],
+                      e8m0_to_f32_x16(_mm512_and_si512(_mm512_srli_epi32(codes, 8 * t), _mm512_set1_epi32(0xff))));
+  }
+  for (; b < b_end; ++b)
+    for (int i = 0; i < kTile; ++i) sw[b - b_begin][i] = dt.e8m0_f32[g.w_scales[rows_o[i] * g.kb + b]];
+}
+
 // Tiles [tile_begin, tile_end) of y. kFp4 selects the weight format.
 template <bool kFp4>
 DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
@@ -170,14 +200,25 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
     const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
     int64_t rows_o[kTile];  // outputs past the end repeat the last one; their lanes are not stored
     for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
+    __m512i scale_offsets = _mm512_setzero_si512();  // FP4: byte offsets of each output's scale row
+    if constexpr (kFp4) {
+      alignas(64) int32_t offsets[kTile];
+      for (int i = 0; i < kTile; ++i) offsets[i] = static_cast<int32_t>(rows_o[i] * g.kb);
+      scale_offsets = _mm512_load_si512(offsets);
+    }
+    // The next tile's bytes, prefetched into L2 while this tile computes (16 row streams defeat the
+    // hardware prefetchers).
+    const int64_t next_tile_bytes = tile + 1 < tile_end ? kTile * row_bytes : 0;
 
     for (int64_t p0 = 0; p0 < g.npairs; p0 += kChunkPairs) {
       const int64_t p1 = std::min(g.npairs, p0 + kChunkPairs);
       const int64_t b_end = std::min(2 * p1, g.kb);
-      for (int64_t b = 2 * p0; b < b_end; ++b)
-        for (int i = 0; i < kTile; ++i)
-          sw[b - 2 * p0][i] = kFp4 ? dt.e8m0_f32[g.w_scales[rows_o[i] * g.kb + b]]
-                                   : dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]];
+      if constexpr (kFp4) {
+        fp4_weight_scales(g, rows_o, scale_offsets, 2 * p0, b_end, sw);
+      } else {
+        for (int64_t b = 2 * p0; b < b_end; ++b)
+          _mm512_store_ps(sw[b - 2 * p0], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]));
+      }
 
       if (g.rows == 1) {
         __m512 y = p0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(store_mask, g.y + o0);
@@ -187,6 +228,9 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
           __m512 v[kTile];
           for (int i = 0; i < kTile; ++i) {
             __m512i w0, w1;
+            if (next_tile_bytes)
+              _mm_prefetch(reinterpret_cast<const char*>(g.w + rows_o[i] * row_bytes + p * pair_bytes + next_tile_bytes),
+                           _MM_HINT_T1);
             convert(rows_o[i], p, half, &w0, &w1);
             v[i] = dot_pair(w0, w1, a0, a1);
           }
@@ -206,6 +250,9 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
       for (int i = 0; i < kTile; ++i)
         for (int64_t p = p0; p < p1; ++p) {
           __m512i w0, w1;
+          if (next_tile_bytes)
+            _mm_prefetch(reinterpret_cast<const char*>(g.w + rows_o[i] * row_bytes + p * pair_bytes + next_tile_bytes),
+                         _MM_HINT_T1);
           convert(rows_o[i], p, 2 * p + 1 == g.kb, &w0, &w1);
           _mm512_store_si512(scratch[i][p - p0], w0);
           _mm512_store_si512(scratch[i][p - p0] + 32, w1);

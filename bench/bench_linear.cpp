@@ -1,0 +1,214 @@
+// Linear kernels at the real model's shapes (spec/MODEL.md §1-§4): decode (rows 1, 4, 16) and prefill
+// (rows 256), for the reference and every fast kernel set this CPU runs.
+//
+// Decode is bound by reading the weights, so every benchmark also times a plain SIMD read of the same
+// number of weight bytes in the same run, interleaved with the kernel calls, and reports
+//   weight_GBps  weight bytes / kernel time      read_GBps  the same bytes / read time
+//   vs_read      weight_GBps / read_GBps          GFLOPs     2 * rows * out * in / kernel time
+// from the median call of each (best_vs_read: from the fastest call of each).
+// Weights are several copies cycled so that each call reads from memory, not from the 32 MB L3.
+// Run: build-<you>/bench/bench_linear [--threads=N] [--benchmark_filter=avx512] [--benchmark_repetitions=3]
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/linear.h"
+#include "kernels/linear_impl.h"
+
+namespace dsflash {
+namespace {
+
+constexpr int64_t kMinCycledBytes = int64_t{256} << 20;  // 8x the L3
+
+enum class Format { kFp8, kFp4, kBf16 };
+
+struct LinearShape {
+  const char* name;
+  Format format;
+  int64_t out, in;
+};
+
+// Real V4.1-Flash projections (hidden 5120, q_lora 1280, 8 output groups x 1024, MoE inter 2304).
+const LinearShape kShapes[] = {
+    {"wq_b_fp8", Format::kFp8, 32768, 1280},   // 64 heads x 512 from q_lora 1280
+    {"wo_b_fp8", Format::kFp8, 5120, 8192},    // 8 groups x 1024 -> hidden
+    {"w1_mxfp4", Format::kFp4, 2304, 5120},    // routed expert gate/up
+    {"w2_mxfp4", Format::kFp4, 5120, 2304},    // routed expert down
+    {"head_bf16", Format::kBf16, 16384, 5120},  // a 16K-row slice of the 129,280-row head
+};
+
+uint64_t next_random(uint64_t& s) {
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  return s;
+}
+
+void fill_random(uint8_t* p, size_t n, uint64_t seed, uint8_t and_mask) {
+  uint64_t s = seed | 1;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v = next_random(s);
+    for (int b = 0; b < 8; ++b) p[i + b] = static_cast<uint8_t>((v >> (8 * b)) & and_mask);
+  }
+  for (; i < n; ++i) p[i] = static_cast<uint8_t>(next_random(s) & and_mask);
+}
+
+// One weight copy: its bytes (codes or bf16), its scales.
+struct WeightCopy {
+  std::vector<uint8_t> data, scales;
+};
+
+int64_t weight_bytes(const LinearShape& s) {
+  switch (s.format) {
+    case Format::kFp8: return s.out * s.in + ((s.out + 31) / 32) * (s.in / 32);
+    case Format::kFp4: return s.out * s.in / 2 + s.out * (s.in / 32);
+    case Format::kBf16: return s.out * s.in * 2;
+  }
+  return 0;
+}
+
+// Sum of 64-bit words of [p, p+n) over the pool: what the kernels must at least do to the weight bytes.
+uint64_t read_bytes(const uint8_t* p, int64_t n, ThreadPool& pool) {
+  std::vector<uint64_t> partial(static_cast<size_t>(pool.num_threads()) * 8, 0);
+  const int64_t lines = n / 256;
+  pool.parallel_for(lines, [&](int64_t b, int64_t e, int t) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t l = b; l < e; ++l) {
+      const __m256i* q = reinterpret_cast<const __m256i*>(p + l * 256);
+      a0 = _mm256_add_epi64(a0, _mm256_add_epi64(_mm256_loadu_si256(q + 0), _mm256_loadu_si256(q + 1)));
+      a1 = _mm256_add_epi64(a1, _mm256_add_epi64(_mm256_loadu_si256(q + 2), _mm256_loadu_si256(q + 3)));
+      a2 = _mm256_add_epi64(a2, _mm256_add_epi64(_mm256_loadu_si256(q + 4), _mm256_loadu_si256(q + 5)));
+      a3 = _mm256_add_epi64(a3, _mm256_add_epi64(_mm256_loadu_si256(q + 6), _mm256_loadu_si256(q + 7)));
+    }
+    __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t lanes[4];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), s);
+    partial[static_cast<size_t>(t) * 8] = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  }, 64);
+  uint64_t total = 0;
+  for (uint64_t v : partial) total += v;
+  return total;
+}
+
+void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearShape shape, int64_t rows,
+                int threads) {
+  ThreadPool pool(threads);
+  const int64_t bytes = weight_bytes(shape);
+  const int copies = static_cast<int>(std::max<int64_t>(2, (kMinCycledBytes + bytes - 1) / bytes));
+  std::vector<WeightCopy> w(static_cast<size_t>(copies));
+  for (int c = 0; c < copies; ++c) {
+    if (shape.format == Format::kBf16) {
+      w[c].data.resize(static_cast<size_t>(shape.out * shape.in * 2));
+      fill_random(w[c].data.data(), w[c].data.size(), 1000 + c, 0xff);
+      // Keep bf16 values finite and moderate: clear the top exponent bit of every high byte.
+      for (size_t i = 1; i < w[c].data.size(); i += 2) w[c].data[i] &= 0xbf;
+    } else {
+      const int64_t n = shape.format == Format::kFp8 ? shape.out * shape.in : shape.out * shape.in / 2;
+      w[c].data.resize(static_cast<size_t>(n));
+      fill_random(w[c].data.data(), w[c].data.size(), 1000 + c, shape.format == Format::kFp8 ? 0x77 : 0xff);
+      const int64_t ns = shape.format == Format::kFp8 ? ((shape.out + 31) / 32) * (shape.in / 32)
+                                                      : shape.out * (shape.in / 32);
+      w[c].scales.assign(static_cast<size_t>(ns), 120);
+    }
+  }
+  std::vector<uint8_t> x_codes(static_cast<size_t>(rows * shape.in)), x_scales(static_cast<size_t>(rows * shape.in / 32), 127);
+  fill_random(x_codes.data(), x_codes.size(), 7, 0x77);
+  std::vector<float> x_f32(static_cast<size_t>(rows * shape.in));
+  for (size_t i = 0; i < x_f32.size(); ++i) x_f32[i] = static_cast<float>(static_cast<int>(x_codes[i] % 17) - 8) * 0.125f;
+  std::vector<float> y(static_cast<size_t>(rows * shape.out));
+  const Fp8Activations x{x_codes.data(), x_scales.data(), rows, shape.in};
+
+  auto call = [&](const WeightCopy& wc) {
+    switch (shape.format) {
+      case Format::kFp8:
+        kernels->fp8_gemm(x, Fp8Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in}, y.data(), &pool);
+        break;
+      case Format::kFp4:
+        kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in}, y.data(), &pool);
+        break;
+      case Format::kBf16: {
+        const uint16_t* d = reinterpret_cast<const uint16_t*>(wc.data.data());
+        kernels->bf16_gemm(x_f32.data(), rows, Bf16Weight{d, shape.out, shape.in}, y.data(), &pool);
+        break;
+      }
+    }
+  };
+
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> kernel_s, read_s;
+  uint64_t sink = 0;
+  int c = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    call(w[c]);
+    auto t1 = Clock::now();
+    const WeightCopy& other = w[(c + copies / 2) % copies];  // a different, equally cold copy
+    sink += read_bytes(other.data.data(), static_cast<int64_t>(other.data.size()), pool);
+    auto t2 = Clock::now();
+    kernel_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+    read_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+    state.SetIterationTime(kernel_s.back());
+    c = (c + 1) % copies;
+  }
+  benchmark::DoNotOptimize(sink);
+  benchmark::DoNotOptimize(y.data());
+  // Medians resist the other load on a shared machine; the best calls show what the code can do.
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto best = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
+  const double data_bytes = static_cast<double>(w[0].data.size());
+  const double kernel_gbps = static_cast<double>(bytes) / median(kernel_s) / 1e9;
+  const double read_gbps = data_bytes / median(read_s) / 1e9;
+  state.counters["weight_GBps"] = kernel_gbps;
+  state.counters["read_GBps"] = read_gbps;
+  state.counters["vs_read"] = kernel_gbps / read_gbps;
+  state.counters["best_vs_read"] = (static_cast<double>(bytes) / best(kernel_s)) / (data_bytes / best(read_s));
+  state.counters["GFLOPs"] = 2.0 * rows * shape.out * shape.in / median(kernel_s) / 1e9;
+}
+
+void register_all(int threads) {
+  std::vector<const LinearKernels*> sets = linear_impl::available_kernels();
+  for (const LinearKernels* k : sets) {
+    const bool reference = std::string(k->name) == "reference";
+    for (const LinearShape& s : kShapes)
+      for (int64_t rows : {1, 4, 16, 256}) {
+        if (reference && rows > 1) continue;  // the scalar oracle is only timed at rows = 1
+        std::string name = std::string(k->name) + "/" + s.name + "/rows:" + std::to_string(rows);
+        benchmark::RegisterBenchmark(name.c_str(), run_linear, k, s, rows, threads)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(rows >= 256 ? 1.0 : 0.5);
+      }
+  }
+}
+
+}  // namespace
+}  // namespace dsflash
+
+// --threads=N (default: one per hardware thread) sizes the pool of both the kernels and the read loop.
+int main(int argc, char** argv) {
+  int threads = 0;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) threads = std::atoi(argv[i] + 10);
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
+  dsflash::register_all(threads);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
