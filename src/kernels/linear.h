@@ -64,4 +64,12 @@ const LinearKernels& reference_linear_kernels();
 // The fastest set this CPU runs (AVX-512 / AVX2 / scalar), chosen once.
 const LinearKernels& best_linear_kernels();
 
+// model.py's linear() for quantised weights, fused: act_quant_block32 (src/formats/quant.h) of each row of
+// x, then the kernel set's fp8_gemm / fp4_gemm. x [rows, w.in] fp32 (bf16-representable activations),
+// y [rows, w.out] fp32 before any bf16 rounding. Quantisation runs on the pool too (rows are independent).
+void linear_fp8(const float* x, int64_t rows, const Fp8Weight& w, float* y, const LinearKernels& kernels,
+                ThreadPool* pool);
+void linear_fp4(const float* x, int64_t rows, const Fp4Weight& w, float* y, const LinearKernels& kernels,
+                ThreadPool* pool);
+
 }  // namespace dsflash

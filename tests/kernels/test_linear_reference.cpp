@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "formats/formats.h"
+#include "formats/quant.h"
 #include "kernels/linear.h"
 #include "kernels/linear_tables.h"
 #include "test_linear_util.h"
@@ -212,6 +213,41 @@ TEST(LinearChecks, RejectMismatchedShapes) {
   EXPECT_FALSE(check_fp4_linear(x, Fp4Weight{nullptr, &byte, 8, 64}).ok());
   EXPECT_TRUE(check_bf16_linear(7, Bf16Weight{&half, 3, 7}).ok());
   EXPECT_FALSE(check_bf16_linear(8, Bf16Weight{&half, 3, 7}).ok());
+}
+
+}  // namespace
+}  // namespace dsflash
+
+namespace dsflash {
+namespace {
+
+// linear_fp8 / linear_fp4 = act_quant_block32 of every row, then the GEMM, for every kernel set.
+TEST(LinearFused, EqualsActQuantThenGemm) {
+  std::mt19937 rng(21);
+  const int rows = 5, out = 37, in = 160;
+  auto x = test::random_floats(rng, rows * in, true);
+  auto w8 = test::random_fp8_weight(rng, out, in);
+  auto w4 = test::random_fp4_weight(rng, out, in);
+  std::vector<uint8_t> codes(rows * in), scales(rows * in / 32);
+  for (int r = 0; r < rows; ++r) act_quant_block32(x.data() + r * in, in, codes.data() + r * in, scales.data() + r * in / 32);
+  const Fp8Activations q{codes.data(), scales.data(), rows, in};
+  std::vector<float> want8(rows * out), want4(rows * out);
+  reference_linear_kernels().fp8_gemm(q, w8.view(), want8.data(), nullptr);
+  reference_linear_kernels().fp4_gemm(q, w4.view(), want4.data(), nullptr);
+  ThreadPool pool(2);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    std::vector<float> got(rows * out, -1.0f);
+    linear_fp8(x.data(), rows, w8.view(), got.data(), reference_linear_kernels(), p);
+    EXPECT_EQ(got, want8);
+    linear_fp4(x.data(), rows, w4.view(), got.data(), reference_linear_kernels(), p);
+    EXPECT_EQ(got, want4);
+    // The fast set on the same quantised operands stays within the reordering bound of test_linear_fast.
+    linear_fp8(x.data(), rows, w8.view(), got.data(), best_linear_kernels(), p);
+    for (int i = 0; i < rows * out; ++i) {
+      test::Exact e = test::exact_fp8(q, w8.view(), i / out, i % out);
+      EXPECT_NEAR(got[i], want8[i], 2 * test::fp32_sum_bound(in, e.abs_sum));
+    }
+  }
 }
 
 }  // namespace
