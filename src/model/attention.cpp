@@ -510,6 +510,32 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
   return Status::Ok();
 }
 
+Status AttentionLayer::forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
+                                         const ComputeContext& ctx, AttentionTrace* trace) {
+  const std::string where = "attention layer " + std::to_string(layer_) + " global-KV path";
+  if (!kv_source_) return Status::Error(where + ": the layer is not a KV source");
+  if (x == nullptr || num_tokens <= 0 || start_pos < 0) return Status::Error(where + ": bad arguments");
+  if (ctx.linear == nullptr) return Status::Error(where + ": ComputeContext has no linear kernels");
+  const CompressedKv* own = state.compressed(layer_);
+  if (own == nullptr || own->num_entries() != start_pos / ratio_) {
+    return Status::Error(where + ": compressed KV holds " + std::to_string(own ? own->num_entries() : -1) +
+                         " entries at start_pos " + std::to_string(start_pos) + ", expected " +
+                         std::to_string(start_pos / ratio_));
+  }
+  if (trace != nullptr) trace->clear();
+  std::vector<float> latents;
+  std::vector<int64_t> groups;
+  Status st = run_compressor(x, num_tokens, start_pos, state, ctx, &latents, &groups);
+  if (!st.ok()) return st.with_context(where);
+  st = store_entries(latents, groups, state, ctx);
+  if (!st.ok()) return st.with_context(where);
+  if (trace != nullptr) {
+    trace->compressor_latent = std::move(latents);
+    trace->compressor_groups = std::move(groups);
+  }
+  return Status::Ok();
+}
+
 Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
                                Csa2Shared& shared, const ComputeContext& ctx, float* out, AttentionTrace* trace) {
   const std::string where = "attention layer " + std::to_string(layer_);

@@ -59,7 +59,15 @@ class AttentionLayer {
   Status forward(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state, Csa2Shared& shared,
                  const ComputeContext& ctx, float* out, AttentionTrace* trace = nullptr);
 
+  // CED global-KV path (spec/MODEL.md §5): on a KV source, only the compressor, the indexer keys and the
+  // compressed-KV store for positions [start_pos, start_pos + num_tokens) -- no query, no window ring write, no
+  // attention. For prompt rows whose output is not needed (the decoder runs on the tail only); a later forward()
+  // from start_pos + num_tokens continues the same caches. Error on layers that are not KV sources.
+  Status forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
+                           const ComputeContext& ctx, AttentionTrace* trace = nullptr);
+
   int layer() const { return layer_; }
+  bool kv_source() const { return kv_source_; }
 
  private:
   AttentionLayer() = default;
