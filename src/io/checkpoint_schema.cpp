@@ -95,7 +95,8 @@ class SchemaBuilder {
     add(a + ".q_norm.weight", DType::kBF16, {c_.q_lora_rank});
     dense(a + ".wkv", hd, d);
     // wo_a: block-diagonal over o_groups, stored as one [groups*o_lora, heads*head_dim/groups] FP8 linear.
-    dense(a + ".wo_a", c_.o_groups * c_.o_lora_rank, c_.n_heads * hd / c_.o_groups);
+    const int64_t group_in = c_.o_groups > 0 ? c_.n_heads * hd / c_.o_groups : 0;  // guard unvalidated configs
+    dense(a + ".wo_a", c_.o_groups * c_.o_lora_rank, group_in);
     dense(a + ".wo_b", d, c_.o_groups * c_.o_lora_rank);
     dense(a + ".wq_a", c_.q_lora_rank, d);
     dense(a + ".wq_b", c_.n_heads * hd, c_.q_lora_rank);

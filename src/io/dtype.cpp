@@ -1,6 +1,7 @@
 #include "io/dtype.h"
 
 #include <array>
+#include <limits>
 
 namespace dsflash {
 
@@ -51,8 +52,13 @@ const char* dtype_name(DType dtype) { return info(dtype).name; }
 
 size_t dtype_bytes(DType dtype, int64_t num_elements) {
   if (num_elements <= 0) return 0;
-  const uint64_t bits = static_cast<uint64_t>(info(dtype).bits) * static_cast<uint64_t>(num_elements);
-  return static_cast<size_t>((bits + 7) / 8);
+  const uint64_t n = static_cast<uint64_t>(num_elements);
+  const int bits = info(dtype).bits;
+  if (bits < 8) return static_cast<size_t>(n / 2 + n % 2);  // F4: two per byte
+  const uint64_t per = static_cast<uint64_t>(bits / 8);
+  // Saturate instead of wrapping, so an absurd header shape can never match a real byte count.
+  if (n > std::numeric_limits<uint64_t>::max() / per) return std::numeric_limits<size_t>::max();
+  return static_cast<size_t>(n * per);
 }
 
 std::string shape_to_string(const std::vector<int64_t>& shape) {

@@ -50,7 +50,8 @@ long double activated_elements(const ExpectedTensor& t, const ModelConfig& c, bo
   }
   if (rest == "ffn.gate.bias_vl") return 0;  // image tokens only
   if (starts_with(rest, "ffn.experts.")) {
-    return elements * c.activated_experts(layer) / c.routed_experts(layer);
+    const int routed = c.routed_experts(layer);
+    return routed > 0 ? elements * c.activated_experts(layer) / routed : 0;
   }
   if (rest == "engram.embed.weight") {
     const long double rows_per_token = static_cast<long double>(c.engram_max_ngram_size - 1) * c.engram_n_heads;
