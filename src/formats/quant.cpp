@@ -112,6 +112,10 @@ void quant_fp4_e4m3_block(const float* x, int64_t n, int64_t first, uint8_t* pac
 
 }  // namespace
 
+uint8_t ue8m0_scale_code(float amax, float max_code, float amax_floor) {
+  return ue8m0_ceil_code(floor_at(amax, amax_floor) * (1.0f / max_code));
+}
+
 void act_quant_block32(const float* x, int64_t n, uint8_t* codes, uint8_t* scales) {
   for (int64_t begin = 0, block = 0; begin < n; begin += 32, ++block) {
     quant_act_block(x + begin, std::min<int64_t>(32, n - begin), codes + begin, scales + block);

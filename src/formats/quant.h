@@ -25,6 +25,11 @@ void fp4_quant_ue8m0_block32(const float* x, int64_t n, uint8_t* packed, uint8_t
 // like the CUDA kernel's satfinite cast and vLLM (torch's CPU cast would give NaN for amax > 2784).
 void fp4_quant_e4m3_block16(const float* x, int64_t n, uint8_t* packed, uint8_t* scales);
 
+// The ue8m0 code of the power-of-two scale 2^ceil(log2(amax / max_code)), by the official bit trick on
+// amax * fl(1/max_code); amax is first floored at `amax_floor`; 0xff (NaN) for a non-finite amax. For block
+// shapes the functions above do not cover (the checkpoint's 32x32 FP8 weight tiles).
+uint8_t ue8m0_scale_code(float amax, float max_code, float amax_floor);
+
 // Dequantisers (exact: every product is representable in fp32).
 void dequant_e4m3_ue8m0(const uint8_t* codes, const uint8_t* scales, int64_t n, int block, float* out);
 void dequant_e2m1_ue8m0(const uint8_t* packed, const uint8_t* scales, int64_t n, int block, float* out);

@@ -138,10 +138,10 @@ TEST(ActQuant, MultiplyByInverseEqualsDivisionForEveryNormalAmax) {
   // The official kernel computes amax * (1/448) and amax * (1/6); the spec states amax / 448. From the fp4
   // floor 6*2^-126 (ratio 2^-126, the smallest normal) for 1/6, and from 2^-117 (ratio normal; act_quant's floor
   // 1e-4 is far above) for 1/448, both give the same ceil(log2), so either reading of the rule is the same rule.
-  // Every 5th bit pattern.
+  // Every 7th bit pattern.
   int64_t mismatches = 0;
   const uint32_t fp4_floor_bits = std::bit_cast<uint32_t>(6.0f * 0x1p-126f);
-  for (uint32_t bits = fp4_floor_bits; bits < 0x7f800000u; bits += 5) {
+  for (uint32_t bits = fp4_floor_bits; bits < 0x7f800000u; bits += 7) {
     const float amax = std::bit_cast<float>(bits);
     mismatches += test::ref_ceil_log2(amax * (1.0f / 6.0f)) != test::ref_ceil_log2(amax / 6.0f);
     if (bits >= 0x05000000u) {
@@ -309,6 +309,30 @@ TEST(Quantisers, ShortFinalBlockIsItsOwnBlock) {
   const Quantised q = run_fp4_e4m3(odd);
   expect_same(ref_fp4_e4m3(odd), q, odd, 16);
   EXPECT_EQ(q.packed.back() >> 4, 0);  // unused high nibble of the odd tail
+}
+
+}  // namespace
+}  // namespace dsflash
+
+namespace dsflash {
+namespace {
+
+TEST(Ue8m0ScaleCode, SameRuleAsTheBlockQuantisers) {
+  // The 2-D weight tiles use the same rule as act_quant: compare on random amax values and at the edges.
+  std::mt19937 rng(8);
+  std::uniform_int_distribution<int> exponent(-60, 60);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  for (int i = 0; i < 10000; ++i) {
+    const float amax = std::ldexp(mantissa(rng), exponent(rng));
+    std::vector<float> block(32, 0.0f);
+    block[3] = -amax;
+    EXPECT_EQ(ue8m0_scale_code(amax, 448.0f, 1e-4f), run_act(block).scales[0]) << amax;
+    EXPECT_EQ(ue8m0_scale_code(amax, 6.0f, 6.0f * 0x1p-126f), run_fp4_ue8m0(block).scales[0]) << amax;
+  }
+  EXPECT_EQ(ue8m0_scale_code(448.0f, 448.0f, 1e-4f), 127);
+  EXPECT_EQ(ue8m0_scale_code(0.0f, 448.0f, 1e-4f), 127 - 22);
+  EXPECT_EQ(ue8m0_scale_code(kNaN, 448.0f, 1e-4f), 0xff);
+  EXPECT_EQ(ue8m0_scale_code(kInf, 448.0f, 1e-4f), 0xff);
 }
 
 }  // namespace
