@@ -1,0 +1,170 @@
+// Sparse attention with sink (src/kernels/sparse_attention.h): the scalar oracle against a double-precision
+// statement of the same formula, the -1 entries, the sink-only case, and the fast kernel against the oracle on
+// ragged shapes, with and without threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "formats/formats.h"
+#include "kernels/sparse_attention.h"
+
+namespace dsflash {
+namespace {
+
+struct Problem {
+  int heads = 0;
+  int64_t dim = 0, entries = 0;
+  std::vector<float> q, kv, sink;
+  std::vector<const float*> rows;  // one query
+};
+
+Problem make_problem(int heads, int64_t dim, int64_t entries, double missing, uint32_t seed, float spread = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, spread);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  Problem p;
+  p.heads = heads;
+  p.dim = dim;
+  p.entries = entries;
+  p.q.resize(static_cast<size_t>(heads * dim));
+  for (float& v : p.q) v = round_to_bf16(normal(rng));
+  p.kv.resize(static_cast<size_t>(entries * dim));
+  for (float& v : p.kv) v = round_to_bf16(normal(rng));
+  p.sink.resize(static_cast<size_t>(heads));
+  for (float& v : p.sink) v = normal(rng);
+  for (int64_t j = 0; j < entries; ++j) p.rows.push_back(unit(rng) < missing ? nullptr : &p.kv[static_cast<size_t>(j * dim)]);
+  return p;
+}
+
+std::vector<float> run(const Problem& p, const SparseAttentionKernels& k, float scale, ThreadPool* pool = nullptr) {
+  std::vector<float> out(static_cast<size_t>(p.heads * p.dim));
+  SparseAttentionArgs a;
+  a.q = p.q.data();
+  a.rows = p.rows.data();
+  a.sink = p.sink.data();
+  a.out = out.data();
+  a.num_queries = 1;
+  a.num_entries = p.entries;
+  a.heads = p.heads;
+  a.dim = p.dim;
+  a.scale = scale;
+  k.attend(a, pool);
+  return out;
+}
+
+// The formula in double: one global max (the online rescaling is exact in real arithmetic except for the
+// bf16 rounding of probabilities, which depends on the running max; blocks of 64 reproduce it).
+std::vector<double> oracle(const Problem& p, float scale) {
+  std::vector<double> out(static_cast<size_t>(p.heads * p.dim), 0.0);
+  for (int h = 0; h < p.heads; ++h) {
+    double m = -1e30, den = 0.0;
+    std::vector<double> num(static_cast<size_t>(p.dim), 0.0);
+    for (int64_t b = 0; b < p.entries; b += 64) {
+      const int64_t e = std::min<int64_t>(p.entries, b + 64);
+      std::vector<double> s(static_cast<size_t>(e - b), -INFINITY);
+      double next = m;
+      for (int64_t j = b; j < e; ++j) {
+        if (p.rows[static_cast<size_t>(j)] == nullptr) continue;
+        double dot = 0.0;
+        for (int64_t d = 0; d < p.dim; ++d) dot += double(p.q[static_cast<size_t>(h * p.dim + d)]) * p.rows[static_cast<size_t>(j)][d];
+        s[static_cast<size_t>(j - b)] = dot * scale;
+        next = std::max(next, s[static_cast<size_t>(j - b)]);
+      }
+      const double c = std::exp(m - next);
+      den *= c;
+      for (double& v : num) v *= c;
+      for (int64_t j = b; j < e; ++j) {
+        if (p.rows[static_cast<size_t>(j)] == nullptr) continue;
+        const double prob = std::exp(s[static_cast<size_t>(j - b)] - next);
+        den += prob;
+        const double rounded = round_to_bf16(static_cast<float>(prob));
+        for (int64_t d = 0; d < p.dim; ++d) num[static_cast<size_t>(d)] += rounded * p.rows[static_cast<size_t>(j)][d];
+      }
+      m = next;
+    }
+    den += std::exp(double(p.sink[static_cast<size_t>(h)]) - m);
+    for (int64_t d = 0; d < p.dim; ++d) out[static_cast<size_t>(h * p.dim + d)] = num[static_cast<size_t>(d)] / den;
+  }
+  return out;
+}
+
+// Within `ulps` bf16 ulps of the value's magnitude (plus a small absolute floor for values near zero).
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, double ulps, const char* what) {
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = ulps * std::ldexp(std::fabs(want[i]), -7) + 1e-6;
+    if (std::fabs(got[i] - want[i]) > tol && ++bad < 5) ADD_FAILURE() << what << " [" << i << "] " << got[i] << " vs " << want[i];
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+TEST(SparseAttention, ReferenceMatchesDoubleFormula) {
+  for (int64_t entries : {1, 7, 63, 64, 65, 130, 640}) {
+    const Problem p = make_problem(3, 72, entries, 0.2, static_cast<uint32_t>(entries), 0.5f);
+    const float scale = 1.0f / std::sqrt(72.0f);
+    const std::vector<float> got = run(p, reference_sparse_attention(), scale);
+    for (float v : got) EXPECT_EQ(v, round_to_bf16(v));  // bf16 output
+    expect_close(got, oracle(p, scale), 2.0, "reference");
+  }
+}
+
+TEST(SparseAttention, MissingEntriesTakeNoPart) {
+  // All entries missing: only the sink is left in the denominator, the output is zero.
+  Problem p = make_problem(2, 32, 10, 1.0, 3);
+  for (float v : run(p, reference_sparse_attention(), 0.2f)) EXPECT_EQ(v, 0.0f);
+  // A single present entry, everything else missing: out = bf16(bf16(1) * v / (1 + exp(sink - s))).
+  p = make_problem(2, 32, 5, 1.0, 4);
+  p.rows[3] = &p.kv[3 * 32];
+  const std::vector<float> got = run(p, reference_sparse_attention(), 0.2f);
+  for (int h = 0; h < 2; ++h) {
+    double s = 0.0;
+    for (int d = 0; d < 32; ++d) s += double(p.q[static_cast<size_t>(h * 32 + d)]) * p.kv[static_cast<size_t>(3 * 32 + d)];
+    s *= 0.2;
+    const double den = 1.0 + std::exp(double(p.sink[static_cast<size_t>(h)]) - s);
+    for (int d = 0; d < 32; ++d) {
+      EXPECT_NEAR(got[static_cast<size_t>(h * 32 + d)], p.kv[static_cast<size_t>(3 * 32 + d)] / den,
+                  std::fabs(p.kv[static_cast<size_t>(3 * 32 + d)]) * 0.01 + 1e-6);
+    }
+  }
+}
+
+TEST(SparseAttention, ProbabilitiesAreRoundedToBf16BeforePV) {
+  // Two equal rows of ones with scores s and s - d: p = (1, bf16(exp(-d))); out = (1 + bf16(e^-d)) / den.
+  const int64_t dim = 32;
+  Problem p;
+  p.heads = 1;
+  p.dim = dim;
+  p.entries = 2;
+  p.q.assign(dim, 0.0f);
+  p.q[0] = 1.0f;
+  p.kv.assign(2 * dim, 1.0f);
+  p.kv[dim] = 0.7f;  // second row's score is lower by 0.3
+  for (int64_t d = 1; d < dim; ++d) p.kv[static_cast<size_t>(dim + d)] = 1.0f;
+  p.sink = {-100.0f};
+  p.rows = {&p.kv[0], &p.kv[static_cast<size_t>(dim)]};
+  const std::vector<float> got = run(p, reference_sparse_attention(), 1.0f);
+  const float e = std::exp(0.7f - 1.0f);
+  const float num = 1.0f + round_to_bf16(e);  // channel 1: both rows hold 1
+  const float den = (1.0f + e) + std::exp(-100.0f - 1.0f);
+  EXPECT_EQ(got[1], round_to_bf16(num / den));
+}
+
+TEST(SparseAttention, BestMatchesReference) {
+  ThreadPool pool(2);
+  for (int64_t dim : {32, 40, 128}) {
+    for (int64_t entries : {1, 17, 64, 100, 257}) {
+      const Problem p = make_problem(4, dim, entries, 0.3, static_cast<uint32_t>(dim * 1000 + entries));
+      const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+      const std::vector<float> ref = run(p, reference_sparse_attention(), scale);
+      std::vector<double> ref_d(ref.begin(), ref.end());
+      expect_close(run(p, best_sparse_attention(), scale), ref_d, 2.0, "best");
+      expect_close(run(p, best_sparse_attention(), scale, &pool), ref_d, 2.0, "best+pool");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsflash
