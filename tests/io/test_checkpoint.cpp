@@ -90,6 +90,46 @@ TEST(ExpectedTensors, PackedExpertConventions) {
   EXPECT_EQ(w1->shape, (std::vector<int64_t>{2304, 2560}));
 }
 
+// The optional parts follow the config: vision (and gate.bias_vl) only with vision_n_layers > 0, FP8
+// scales only with quantised linears, MXFP4 experts only with expert_dtype fp4.
+TEST(ExpectedTensors, OptionalPartsFollowTheConfig) {
+  ModelConfig c = load_config(spec_path("config_v41_flash.json"));
+  auto count = [](const std::vector<ExpectedTensor>& list, const std::string& needle) {
+    size_t n = 0;
+    for (const auto& t : list) n += t.name.find(needle) != std::string::npos ? 1 : 0;
+    return n;
+  };
+  const auto full = expected_tensors(c);
+  EXPECT_EQ(count(full, "gate.bias_vl"), 43u);  // 40 layers + 3 DSpark stages
+  EXPECT_EQ(count(full, "vision."), 3u + 32u * 8u);
+  ModelConfig text_only = c;
+  text_only.vision_n_layers = 0;
+  const auto no_vision = expected_tensors(text_only);
+  EXPECT_EQ(count(no_vision, "gate.bias_vl"), 0u);
+  EXPECT_EQ(count(no_vision, "vision."), 0u);
+  EXPECT_EQ(count(no_vision, "aligner."), 0u);
+  EXPECT_EQ(count(no_vision, "image_"), 0u);
+  EXPECT_EQ(full.size() - no_vision.size(), 43u + 3u + 32u * 8u + 4u + 3u);
+
+  ModelConfig bf16 = c;
+  bf16.dtype = "bf16";
+  bf16.expert_dtype = "";
+  size_t scales = 0;
+  for (const auto& t : expected_tensors(bf16)) {
+    if (t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".scale") == 0) {
+      ++scales;
+      EXPECT_NE(t.name.find(".engram.embed."), std::string::npos) << t.name;  // the table stays FP8
+    } else if (t.name == "layers.0.ffn.experts.0.w1.weight" || t.name == "layers.0.attn.wq_a.weight") {
+      EXPECT_EQ(t.dtype, DType::kBF16) << t.name;
+    }
+  }
+  EXPECT_EQ(scales, 2u);
+
+  ModelConfig no_dspark = c;
+  no_dspark.dspark_block_size = 0;
+  EXPECT_EQ(count(expected_tensors(no_dspark), "mtp."), 0u);
+}
+
 struct GoldenFacts {
   const char* name;
   size_t num_tensors;
