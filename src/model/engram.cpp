@@ -210,5 +210,4 @@ void Engram::forward_block(float* streams, int64_t num_tokens, const int64_t* ha
   });
 }
 
-
 }  // namespace dsflash
