@@ -71,6 +71,27 @@ float outer_cascade_sum(const float* values, int64_t n) {
   return acc[0];
 }
 
+// fp32 dot product in K order (the reference path; the reference itself sums with BLAS).
+float dot_in_order(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// fp32 dot product over 16 independent lanes (vectorisable), lanes added in order at the end.
+float dot_lanes(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * b[i + l];
+  }
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+  return sum;
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
@@ -430,8 +451,7 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
             const float* kj = &key[static_cast<size_t>((j - j0) * id)];
             for (int h = 0; h < ih; ++h) {
               const float* qh = qt + h * id;
-              float dot = 0.0f;
-              for (int64_t c = 0; c < id; ++c) dot += qh[c] * kj[c];
+              const float dot = ctx.reference ? dot_in_order(qh, kj, id) : dot_lanes(qh, kj, id);
               const float relu = std::max(round_to_bf16(dot), 0.0f);
               per_head[static_cast<size_t>(h)] = round_to_bf16(relu * wt[h]);
             }
