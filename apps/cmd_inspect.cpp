@@ -17,7 +17,7 @@ struct InspectOptions {
   std::string model_dir;
   std::string config_file;
   bool json = false;
-  bool expected_tensors = false;
+  bool list_expected = false;
 };
 
 int run_inspect(const InspectOptions& o) {
@@ -45,9 +45,9 @@ int run_inspect(const InspectOptions& o) {
     stats = compute_model_stats(config);
   }
   if (o.json) {
-    std::cout << model_stats_json(config, stats, o.expected_tensors) << "\n";
+    std::cout << model_stats_json(config, stats, o.list_expected) << "\n";
   } else {
-    std::cout << model_stats_text(config, stats, o.expected_tensors);
+    std::cout << model_stats_text(config, stats, o.list_expected);
   }
   return 0;
 }
@@ -60,8 +60,9 @@ void add_inspect_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-m,--model", options->model_dir, "checkpoint directory (config.json + safetensors), validated");
   cmd->add_option("--config", options->config_file, "a config.json or inference/config.json alone (no weights)");
   cmd->add_flag("--json", options->json, "print one JSON object instead of text");
-  cmd->add_flag("--expected-tensors", options->expected_tensors,
-                "include the tensor count and bytes the config implies (spec/CHECKPOINT.md)");
+  cmd->add_flag("--expected-tensors", options->list_expected,
+                "also list every tensor the config implies (name, dtype, shape; spec/CHECKPOINT.md); the count "
+                "and bytes are always reported");
   cmd->callback([options, exit_code] { *exit_code = run_inspect(*options); });
 }
 

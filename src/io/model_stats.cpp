@@ -210,7 +210,7 @@ ModelStats compute_model_stats(const ModelConfig& config) {
   ModelStats s;
   s.params = count_parameters(config);
   s.kv = kv_figures(config);
-  s.expected = expected_tensor_totals(config, StorageConventions{});
+  s.expected = expected_tensor_totals(config, s.conventions);
   return s;
 }
 
@@ -218,13 +218,14 @@ ModelStats compute_model_stats(const Checkpoint& checkpoint) {
   ModelStats s;
   s.params = count_parameters(checkpoint.config());
   s.kv = kv_figures(checkpoint.config());
-  s.expected = expected_tensor_totals(checkpoint.config(), checkpoint.conventions());
+  s.conventions = checkpoint.conventions();
+  s.expected = expected_tensor_totals(checkpoint.config(), s.conventions);
   s.has_checkpoint = true;
   s.stored = stored_tensor_totals(checkpoint);
   return s;
 }
 
-std::string model_stats_json(const ModelConfig& c, const ModelStats& s, bool with_expected, int indent) {
+std::string model_stats_json(const ModelConfig& c, const ModelStats& s, bool list_expected, int indent) {
   nlohmann::ordered_json j;
   j["n_layers"] = c.n_layers;
   j["dspark_stages"] = c.dspark_stages();
@@ -247,11 +248,9 @@ std::string model_stats_json(const ModelConfig& c, const ModelStats& s, bool wit
   j["window_bytes_per_sequence"] = s.kv.window_bytes_per_sequence;
   j["dspark_window_bytes_per_sequence"] = s.kv.dspark_window_bytes_per_sequence;
   j["persistent_bytes_per_token"] = number(s.kv.persistent_bytes_per_token);
-  if (with_expected || s.has_checkpoint) {
-    j["num_tensors_expected"] = s.expected.num_tensors;
-    j["bytes_expected"] = s.expected.num_bytes;
-    j["expected_by_dtype"] = totals_json(s.expected);
-  }
+  j["num_tensors_expected"] = s.expected.num_tensors;
+  j["bytes_expected"] = s.expected.num_bytes;
+  j["expected_by_dtype"] = totals_json(s.expected);
   if (s.has_checkpoint) {
     j["num_tensors"] = s.stored.num_tensors;
     j["bytes"] = s.stored.num_bytes;
@@ -273,10 +272,17 @@ std::string model_stats_json(const ModelConfig& c, const ModelStats& s, bool wit
                      {"dspark", r.dspark}});
   }
   j["roles"] = roles;
+  if (list_expected) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const ExpectedTensor& t : expected_tensors(c, s.conventions)) {
+      list.push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}});
+    }
+    j["expected_tensors"] = list;
+  }
   return j.dump(indent);
 }
 
-std::string model_stats_text(const ModelConfig& c, const ModelStats& s, bool with_expected) {
+std::string model_stats_text(const ModelConfig& c, const ModelStats& s, bool list_expected) {
   std::string out;
   char line[256];
   out += "Layer roles (CED decoder starts at " + layer_label(c, c.ced_decoder_start()) + ")\n";
@@ -320,7 +326,13 @@ std::string model_stats_text(const ModelConfig& c, const ModelStats& s, bool wit
     }
   };
   if (s.has_checkpoint) totals("Checkpoint tensors", s.stored);
-  if (with_expected || s.has_checkpoint) totals("Expected tensors", s.expected);
+  totals("Expected tensors", s.expected);
+  if (list_expected) {
+    out += "\nExpected tensor list\n";
+    for (const ExpectedTensor& t : expected_tensors(c, s.conventions)) {
+      out += "  " + t.name + "\t" + dtype_name(t.dtype) + "\t" + shape_to_string(t.shape) + "\n";
+    }
+  }
   return out;
 }
 

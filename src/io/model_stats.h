@@ -72,7 +72,8 @@ struct TensorTotals {
 struct ModelStats {
   ParameterCounts params;
   KvFigures kv;
-  TensorTotals expected;  // from expected_tensors(config, conventions)
+  StorageConventions conventions;  // the checkpoint's (or the defaults with a config alone)
+  TensorTotals expected;           // from expected_tensors(config, conventions)
   bool has_checkpoint = false;
   TensorTotals stored;    // the checkpoint's tensors (when one was opened)
 };
@@ -89,9 +90,10 @@ ModelStats compute_model_stats(const Checkpoint& checkpoint);
 
 // The report as one JSON object (keys: global_kv_bytes_per_token, window_bytes_per_row,
 // persistent_bytes_per_token, num_tensors_expected, bytes_expected, activated_params_prefill,
-// activated_params_decode, ... and the layer roles); `with_expected` adds the expected-tensor figures.
-std::string model_stats_json(const ModelConfig& config, const ModelStats& stats, bool with_expected, int indent = 2);
-// The same as human-readable text.
-std::string model_stats_text(const ModelConfig& config, const ModelStats& stats, bool with_expected);
+// activated_params_decode, ... and the layer roles). `list_expected` adds every expected tensor
+// (name, dtype, shape) as "expected_tensors".
+std::string model_stats_json(const ModelConfig& config, const ModelStats& stats, bool list_expected, int indent = 2);
+// The same as human-readable text (the expected list as one "name dtype shape" line each).
+std::string model_stats_text(const ModelConfig& config, const ModelStats& stats, bool list_expected);
 
 }  // namespace dsflash

@@ -56,6 +56,7 @@ TEST(Inspect, RealConfigJsonWithExpectedTensors) {
   EXPECT_EQ(j["bytes_expected"], 510286023000);
   EXPECT_GT(j["activated_params_decode"].get<int64_t>(), j["activated_params_prefill"].get<int64_t>());
   EXPECT_EQ(j["roles"].size(), 43u);
+  EXPECT_EQ(j["expected_tensors"].size(), 96085u);
 }
 
 TEST(Inspect, FlatConfigGivesTheSameJson) {

@@ -86,12 +86,16 @@ TEST(ModelStats, JsonCarriesTheAgreedKeys) {
   EXPECT_EQ(j["roles"][24]["index_source_layer"], 24);
   EXPECT_EQ(j["roles"][25]["kv_source_layer"], 20);
   EXPECT_EQ(j["roles"][42]["layer"], "mtp.2");
-  // Without --expected-tensors the config-only report leaves the tensor figures out.
+  ASSERT_EQ(j["expected_tensors"].size(), 96085u);
+  EXPECT_EQ(j["expected_tensors"][0]["name"], "embed.weight");
+  EXPECT_EQ(j["expected_tensors"][0]["shape"], nlohmann::json::array({129280, 5120}));
+  // Without the list the figures are still there.
   auto bare = nlohmann::json::parse(model_stats_json(c, s, false));
-  EXPECT_FALSE(bare.contains("num_tensors_expected"));
+  EXPECT_FALSE(bare.contains("expected_tensors"));
+  EXPECT_EQ(bare["num_tensors_expected"], 96085);
   EXPECT_EQ(bare["global_kv_bytes_per_token"], 890);
 
-  const std::string text = model_stats_text(c, s, true);
+  const std::string text = model_stats_text(c, s, false);
   EXPECT_THAT(text, HasSubstr("global total        890 B/token"));
   EXPECT_THAT(text, HasSubstr("96,085 tensors, 510,286,023,000 bytes"));
   EXPECT_THAT(text, HasSubstr("L20     1     full     L20    L20     decoder kv-source index-source candidate-source"));
