@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang++ -fsanitize=fuzzer,address; not part of the CMake build or CI) and runs
+# each for SECONDS (default 600) in parallel. Usage: fuzz/run_fuzzers.sh [SECONDS] [OUT_DIR]
+# Corpora and crash files go under OUT_DIR (default build-fuzz/); logs in OUT_DIR/<target>.log.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+seconds="${1:-600}"
+out="${2:-$repo/build-fuzz}"
+mkdir -p "$out"
+srcs=$(ls "$repo"/src/tokenizer/*.cpp)
+flags="-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$repo/src"
+libs="-lpcre2-8 -lutf8proc"
+for target in fuzz_tokenizer fuzz_output_parser; do
+  clang++ $flags "$repo/fuzz/$target.cpp" $srcs $libs -o "$out/$target"
+done
+export DSFLASH_FUZZ_TOKENIZER="${DSFLASH_FUZZ_TOKENIZER:-$repo/../shared/tokenizer/deepseek_v41_tokenizer.reconstructed.json}"
+mkdir -p "$out/corpus_tokenizer" "$out/corpus_output_parser"
+# Seeds: the committed test texts.
+python3 - "$repo" "$out" <<'PY'
+import json, sys, os
+repo, out = sys.argv[1:3]
+g = json.load(open(os.path.join(repo, "tests/data/tokenizer/encode_goldens.json")))
+for i, c in enumerate(g["cases"][:200]):
+    data = bytes.fromhex(c["hex"]) if "hex" in c else c["text"].encode()
+    open(os.path.join(out, "corpus_tokenizer", f"seed_{i}"), "wb").write(data)
+ch = json.load(open(os.path.join(repo, "tests/data/tokenizer/chat_goldens.json")))
+for i, p in enumerate(ch["parses"]):
+    open(os.path.join(out, "corpus_output_parser", f"seed_{i}"), "wb").write(bytes([1 if p["thinking"] else 0]) + p["text"].encode())
+PY
+"$out/fuzz_tokenizer" -max_total_time="$seconds" -max_len=4096 -artifact_prefix="$out/crash_tokenizer_" \
+  "$out/corpus_tokenizer" > "$out/fuzz_tokenizer.log" 2>&1 &
+p1=$!
+"$out/fuzz_output_parser" -max_total_time="$seconds" -max_len=4096 -artifact_prefix="$out/crash_output_parser_" \
+  -dict="$repo/fuzz/dsml.dict" "$out/corpus_output_parser" > "$out/fuzz_output_parser.log" 2>&1 &
+p2=$!
+rc=0
+wait $p1 || rc=1
+wait $p2 || rc=1
+tail -n 3 "$out/fuzz_tokenizer.log" "$out/fuzz_output_parser.log"
+exit $rc
