@@ -213,6 +213,16 @@ Status parse_into(const json& j, const std::string& origin, ModelConfig* c) {
   }
 
   if (root_form) {
+    // Token ids live at the root in the released file; accept them inside text_config too.
+    const std::pair<const char*, int ModelConfig::*> token_fields[] = {
+        {"bos_token_id", &C::bos_token_id}, {"eos_token_id", &C::eos_token_id}, {"pad_token_id", &C::pad_token_id}};
+    for (const auto& [key, member] : token_fields) {
+      if (resolve(j, empty, key) != nullptr || text == &j) continue;
+      if (const json* v = resolve(*text, empty, key)) {
+        Status s = read_integer(*v, &(c->*member), origin + ": field text_config." + key);
+        if (!s.ok()) return s;
+      }
+    }
     if (const json* kvh = resolve(j, *text, "text_config.num_key_value_heads")) {
       int heads = 0;
       Status s = read_integer(*kvh, &heads, origin + ": field text_config.num_key_value_heads");

@@ -258,6 +258,20 @@ TEST(ModelConfig, RootFormErrorsNameTheNestedField) {
   EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent-dsflash-dir/config.json"));
 }
 
+TEST(ModelConfig, TokenIdsAtTheRootOrInTextConfig) {
+  using J = nlohmann::json;
+  J j = J::parse(read_text(spec_path("config_v41_flash.json")));
+  j.erase("eos_token_id");
+  j["text_config"]["eos_token_id"] = 7;
+  auto c = ModelConfig::from_json_text(j.dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->eos_token_id, 7);
+  j["eos_token_id"] = 9;  // the root wins
+  c = ModelConfig::from_json_text(j.dump(), "config.json");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->eos_token_id, 9);
+}
+
 TEST(ModelConfig, NoQuantizationConfigMeansBf16Linears) {
   using J = nlohmann::json;
   J j = J::parse(read_text(spec_path("config_v41_flash.json")));
