@@ -92,7 +92,7 @@ uint64_t read_bytes(const uint8_t* p, int64_t n, ThreadPool& pool) {
     __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
     uint64_t lanes[4];
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), s);
-    partial[static_cast<size_t>(t) * 8] = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+    partial[static_cast<size_t>(t) * 8] += lanes[0] + lanes[1] + lanes[2] + lanes[3];
   }, 64);
   uint64_t total = 0;
   for (uint64_t v : partial) total += v;

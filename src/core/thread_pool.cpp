@@ -1,80 +1,106 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace dsflash {
 
 namespace {
-// The chunk of [0, n) that participant `index` of `parts` takes, in whole grains.
-void chunk_of(int64_t n, int64_t grain, int parts, int index, int64_t* begin, int64_t* end) {
-  int64_t grains = (n + grain - 1) / grain;
-  int64_t per = grains / parts, extra = grains % parts;
-  int64_t g0 = index * per + std::min<int64_t>(index, extra);
-  int64_t g1 = g0 + per + (index < extra ? 1 : 0);
-  *begin = std::min(n, g0 * grain);
-  *end = std::min(n, g1 * grain);
+// How long an idle worker polls for the next job before sleeping: decode issues thousands of short
+// parallel_for calls per token, and waking a sleeping thread costs tens of microseconds.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
 }
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   work_ready_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
+void ThreadPool::run_chunks(int index) {
+  for (;;) {
+    const int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+    if (c >= job_chunks_) return;
+    const int64_t begin = c * job_chunk_grains_ * job_grain_;
+    const int64_t end = std::min(job_n_, begin + job_chunk_grains_ * job_grain_);
+    (*job_)(begin, end, index);
+  }
+}
+
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn, int64_t grain) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  int parts = num_threads();
-  if (workers_.empty() || n <= grain) {
+  const int64_t grains = (n + grain - 1) / grain;
+  if (workers_.empty() || grains <= 1) {
     fn(0, n, 0);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &fn;
-    job_n_ = n;
-    job_grain_ = grain;
-    pending_ = static_cast<int>(workers_.size());
-    ++generation_;
-  }
-  work_ready_.notify_all();
-  int64_t b, e;
-  chunk_of(n, grain, parts, 0, &b, &e);
-  if (b < e) fn(b, e, 0);
   std::unique_lock<std::mutex> lock(mutex_);
-  work_done_.wait(lock, [this] { return pending_ == 0; });
+  if (open_ || active_ > 0) {
+    // Nested or concurrent use: the workers belong to the running job.
+    lock.unlock();
+    fn(0, n, 0);
+    return;
+  }
+  // A few chunks per thread: enough to rebalance when one thread runs late, few enough to stay cheap.
+  const int64_t target_chunks = std::min<int64_t>(grains, 4 * num_threads());
+  job_chunk_grains_ = (grains + target_chunks - 1) / target_chunks;
+  job_chunks_ = (grains + job_chunk_grains_ - 1) / job_chunk_grains_;
+  job_ = &fn;
+  job_n_ = n;
+  job_grain_ = grain;
+  next_chunk_.store(0, std::memory_order_relaxed);
+  open_ = true;
+  generation_.fetch_add(1, std::memory_order_release);
+  lock.unlock();
+  work_ready_.notify_all();
+
+  run_chunks(0);
+
+  lock.lock();
+  open_ = false;
+  work_done_.wait(lock, [this] { return active_ == 0; });
   job_ = nullptr;
 }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t, int)>* job;
-    int64_t n, grain;
+    const auto spin_start = std::chrono::steady_clock::now();
+    while (generation_.load(std::memory_order_acquire) == seen && !stopping_.load(std::memory_order_relaxed)) {
+      cpu_relax();
+      if (std::chrono::steady_clock::now() - spin_start > kSpinTime) break;
+    }
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
-      grain = job_grain_;
+      work_ready_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
+      if (stopping_.load()) return;
+      seen = generation_.load();
+      if (!open_) continue;  // that job finished without us
+      ++active_;
     }
-    int64_t b, e;
-    chunk_of(n, grain, num_threads(), index, &b, &e);
-    if (b < e) (*job)(b, e, index);
+    run_chunks(index);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) work_done_.notify_one();
+      if (--active_ == 0 && !open_) work_done_.notify_one();
     }
   }
 }

@@ -8,7 +8,7 @@
 //
 // Layout: a tile is 16 outputs; K is walked in pairs of blocks (64 K). For one output and one pair, 64
 // weight codes become two zmm of 32 bf16 (W0, W1) whose low 256 bits hold block b and high 256 bits block
-// b+1 (the lane order vpunpck{l,h}{bw,wd} produce; the activations are prepared in the same order), so
+// b+1 (in the order the conversion produces; the activations are prepared in the same order), so
 // dp(dp(0, W0, A0), W1, A1) leaves block b's partial spread over lanes 0-7 and block b+1's over 8-15.
 // A transposing reduction turns 16 such vectors (16 outputs) into P_b and P_b+1 with lane = output.
 // rows == 1 (decode) converts and multiplies in registers; rows > 1 converts a chunk of the tile once into
@@ -34,6 +34,7 @@ namespace {
 
 constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
 constexpr int kChunkPairs = 16;   // block pairs per chunk: 16 outputs x 1024 K bf16 = 32 KB of scratch
+constexpr int64_t kPrefetchPairs = 8;  // FP8: 8 pairs x 16 rows x 64 B = 8 KB ahead (FP4 twice the pairs)
 
 // bf16 bits of the e4m3 magnitudes 0..127 split into low and high bytes (vpermt2b looks up 128 entries);
 // the sign bit is ORed into the high byte. bf16 bits of the 16 e2m1 codes for vpermw.
@@ -51,7 +52,7 @@ const Avx512Tables& avx512_tables() {
       a.fp8_lo[c] = static_cast<uint8_t>(t.e4m3_bf16[c] & 0xff);
       a.fp8_hi[c] = static_cast<uint8_t>(t.e4m3_bf16[c] >> 8);
     }
-    for (int c = 0; c < 16; ++c) a.fp4[c] = t.e2m1_bf16[c];
+    for (int c = 0; c < 32; ++c) a.fp4[c] = t.e2m1_bf16[c % 16];
     return a;
   }();
   return tables;
@@ -61,8 +62,7 @@ const Avx512Tables& avx512_tables() {
 // A1 = last 32 of each pair); a missing last block (odd block count) is zero.
 // FP8 order (vpunpck{l,h}bw of a 64-byte load): code i of a pair -> A0[8*(i/16) + i%16] when i%16 < 8,
 // else A1[8*(i/16) + i%16 - 8].
-// FP4 order (vpunpck{l,h}wd of 32 zero-extended bytes): the k pair (2j, 2j+1) is dword j; dword j ->
-// A0 dword 4*(j/8) + j%8 when j%8 < 4, else A1 dword 4*(j/8) + j%8 - 4.
+// FP4 order (byte j of the packed weights holds k = 2j and 2j+1): even k -> A0[k/2], odd k -> A1[k/2].
 std::vector<uint16_t> prepare_activations(const Fp8Activations& x, int64_t npairs, bool fp4_order) {
   const LinearDecodeTables& t = linear_decode_tables();
   std::vector<uint16_t> out(static_cast<size_t>(x.rows * npairs * 64), 0);
@@ -77,9 +77,7 @@ std::vector<uint16_t> prepare_activations(const Fp8Activations& x, int64_t npair
         int lane = i / 16, within = i % 16;
         pos = within < 8 ? 8 * lane + within : 32 + 8 * lane + within - 8;
       } else {
-        int j = i / 2, lane = j / 8, within = j % 8;
-        int dword = within < 4 ? 4 * lane + within : 16 + 4 * lane + within - 4;
-        pos = 2 * dword + (i % 2);
+        pos = i % 2 == 0 ? i / 2 : 32 + i / 2;
       }
       dst_row[p * 64 + pos] = t.e4m3_bf16[codes[kk]];
     }
@@ -106,13 +104,13 @@ DSFLASH_AVX512 inline void fp8_to_bf16(__m512i codes, __m512i lo0, __m512i lo1, 
   *w1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
-// 32 packed bytes (64 e2m1 codes, low nibble = even k) -> W0, W1 bf16 in the FP4 lane order.
+// 32 packed bytes (64 e2m1 codes, low nibble = even k) -> W0 = bf16 of the low nibbles (even k), W1 = bf16
+// of the high nibbles (odd k), word j of each from byte j. vpermw reads 5 index bits; the table repeats its
+// 16 entries so that bit 4 (the other nibble's low bit, in W0) does not matter.
 DSFLASH_AVX512 inline void fp4_to_bf16(__m256i packed, __m512i table, __m512i* w0, __m512i* w1) {
-  __m512i bytes = _mm512_cvtepu8_epi16(packed);
-  __m512i lo = _mm512_and_si512(bytes, _mm512_set1_epi16(0x000f));
-  __m512i hi = _mm512_srli_epi16(bytes, 4);
-  *w0 = _mm512_permutexvar_epi16(_mm512_unpacklo_epi16(lo, hi), table);
-  *w1 = _mm512_permutexvar_epi16(_mm512_unpackhi_epi16(lo, hi), table);
+  const __m512i bytes = _mm512_cvtepu8_epi16(packed);
+  *w0 = _mm512_permutexvar_epi16(bytes, table);
+  *w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
 }
 
 // 16 vectors (one per output) whose lanes 0-7 sum to block b's partial and lanes 8-15 to block b+1's
@@ -192,6 +190,21 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
     }
   };
 
+  // Software prefetch: the 16 row streams of a tile defeat the hardware prefetchers (short rows end before
+  // they train, long ones exceed the streams they track). While at (tile, pair p) we prefetch the bytes
+  // used kPrefetchPairs pairs later in the same walk order (possibly in a later tile of this range):
+  // base of row 0 of that tile at that pair, or nullptr past the range. ~8-16 KB ahead, within L1.
+  // The scratch path (rows > 1) converts a chunk in a burst and then computes for a while, so it fetches
+  // one whole chunk ahead instead.
+  const int64_t prefetch_pairs = g.rows > 1 ? kChunkPairs : kFp4 ? 2 * kPrefetchPairs : kPrefetchPairs;
+  auto prefetch_base = [&](int64_t tile, int64_t p) -> const uint8_t* {
+    const int64_t q = p + prefetch_pairs;
+    const int64_t t = tile + q / g.npairs;
+    if (t >= tile_end) return nullptr;
+    const int64_t row0 = std::min(t * kTile, g.out - kTile >= 0 ? g.out - kTile : 0);
+    return g.w + row0 * row_bytes + (q % g.npairs) * pair_bytes;
+  };
+
   alignas(64) float sw[2 * kChunkPairs][kTile];                  // weight scales of the chunk's blocks
   alignas(64) uint16_t scratch[kTile][kChunkPairs][64];          // converted weights (rows > 1)
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
@@ -206,9 +219,6 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
       for (int i = 0; i < kTile; ++i) offsets[i] = static_cast<int32_t>(rows_o[i] * g.kb);
       scale_offsets = _mm512_load_si512(offsets);
     }
-    // The next tile's bytes, prefetched into L2 while this tile computes (16 row streams defeat the
-    // hardware prefetchers).
-    const int64_t next_tile_bytes = tile + 1 < tile_end ? kTile * row_bytes : 0;
 
     for (int64_t p0 = 0; p0 < g.npairs; p0 += kChunkPairs) {
       const int64_t p1 = std::min(g.npairs, p0 + kChunkPairs);
@@ -226,11 +236,10 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
           const bool half = 2 * p + 1 == g.kb;
           const __m512i a0 = _mm512_loadu_si512(g.act + p * 64), a1 = _mm512_loadu_si512(g.act + p * 64 + 32);
           __m512 v[kTile];
+          const uint8_t* ahead = prefetch_base(tile, p);
           for (int i = 0; i < kTile; ++i) {
             __m512i w0, w1;
-            if (next_tile_bytes)
-              _mm_prefetch(reinterpret_cast<const char*>(g.w + rows_o[i] * row_bytes + p * pair_bytes + next_tile_bytes),
-                           _MM_HINT_T1);
+            if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
             convert(rows_o[i], p, half, &w0, &w1);
             v[i] = dot_pair(w0, w1, a0, a1);
           }
@@ -250,9 +259,8 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
       for (int i = 0; i < kTile; ++i)
         for (int64_t p = p0; p < p1; ++p) {
           __m512i w0, w1;
-          if (next_tile_bytes)
-            _mm_prefetch(reinterpret_cast<const char*>(g.w + rows_o[i] * row_bytes + p * pair_bytes + next_tile_bytes),
-                         _MM_HINT_T1);
+          if (const uint8_t* ahead = prefetch_base(tile, p))
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T1);
           convert(rows_o[i], p, 2 * p + 1 == g.kb, &w0, &w1);
           _mm512_store_si512(scratch[i][p - p0], w0);
           _mm512_store_si512(scratch[i][p - p0] + 32, w1);
