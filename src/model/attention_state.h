@@ -17,6 +17,10 @@
 
 namespace dsflash {
 
+namespace kv {
+class SequencePages;  // kv/kv_cache.h: a sequence's global-KV page table (engine-owned storage)
+}
+
 // Sliding-window ring of one layer: slot = position % window. Each slot remembers which absolute position it
 // holds (-1 = empty), so readers never see a row that was not written (bounded replay, truncated windows).
 class WindowRing {
@@ -64,17 +68,36 @@ class CompressedKv {
   static int64_t index_key_bytes(int64_t index_head_dim) { return index_head_dim / 2 + index_head_dim / 32; }
 
   // Appends entry num_entries(): kv_packed [head_dim/2], kv_scales [head_dim/16] e4m3,
-  // key_packed [index_head_dim/2], key_scales [index_head_dim/32] ue8m0.
-  void append(const uint8_t* kv_packed, const uint8_t* kv_scales, const uint8_t* key_packed, const uint8_t* key_scales);
+  // key_packed [index_head_dim/2], key_scales [index_head_dim/32] ue8m0. With pages attached and full, the pages
+  // are grown through their manager; when its budget refuses, nothing is stored and the error is returned
+  // (num_entries() stays, so the layer's own entry-count checks fail the forward call too).
+  Status append(const uint8_t* kv_packed, const uint8_t* kv_scales, const uint8_t* key_packed,
+                const uint8_t* key_scales);
+  // Keeps the entries in a sequence's global-KV pages (kv::SequencePages; `source` = this KV source's index in
+  // the pages' layout) instead of owned vectors. Entries held so far are copied over. Error (nothing changed) when
+  // the layout's entry sizes or ratio differ, or the pages cannot hold the entries.
+  Status attach_pages(kv::SequencePages* pages, int source);
+  bool paged() const { return pages_ != nullptr; }
+  // With pages attached: grows them (through their manager) to hold `num_positions` positions; error, nothing
+  // changed, when the budget refuses. Without pages: nothing to do.
+  Status reserve_positions(int64_t num_positions);
   // Dequantised rows (exact): out [head_dim] / [index_head_dim] fp32.
   void read_kv(int64_t entry, float* out) const;
   void read_index_key(int64_t entry, float* out) const;
   // Drops entries >= num_entries (prefix cache restore / tests). num_entries <= this->num_entries().
   void truncate(int64_t num_entries);
   void clear() { truncate(0); }
-  size_t bytes() const { return kv_.size() + index_k_.size(); }
+  // Bytes of the entries held (num_entries * (kv_bytes + index_key_bytes)); pages round up to whole blocks.
+  size_t bytes() const {
+    return static_cast<size_t>(num_entries_ * (kv_bytes(head_dim_) + index_key_bytes(index_head_dim_)));
+  }
 
  private:
+  const uint8_t* kv_row(int64_t entry) const;
+  const uint8_t* index_key_row(int64_t entry) const;
+
+  kv::SequencePages* pages_ = nullptr;  // not owned; nullptr = owned vectors
+  int source_ = -1;
   int ratio_ = 1;
   int64_t head_dim_ = 0;
   int64_t index_head_dim_ = 0;
@@ -110,8 +133,13 @@ class AttentionState {
   CompressorTail* tail(int layer);
   const CompressorTail* tail(int layer) const;
 
-  // Forget everything (a new sequence).
+  // Forget everything (a new sequence). Attached pages stay attached (and keep their blocks).
   void clear();
+  // Every KV source keeps its entries in `pages` (kv::KvLayout sources = config.kv_source_layers, in order).
+  Status attach_pages(kv::SequencePages* pages);
+  // Makes room for `num_positions` positions in the attached pages before a forward call, so that a full cache
+  // is reported before any state changes. No-op without pages.
+  Status reserve_positions(int64_t num_positions);
   // Bytes held: window rings + compressed entries + tails.
   size_t bytes() const;
   // Bytes of the global KV only (compressed main KV + indexer keys; what a prefix cache persists).

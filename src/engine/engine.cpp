@@ -1,0 +1,247 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "model/model_runner.h"
+
+namespace dsflash::engine {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kMaxTokens: return "length";
+    case FinishReason::kStopToken: return "stop";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "";
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const ModelWeights& weights, const ComputeContext& ctx,
+                                               const EngineOptions& options) {
+  if (ctx.linear == nullptr) return Status::Error("engine: the compute context has no linear kernels");
+  if (options.max_running < 1) return Status::Error("engine: max_running must be >= 1");
+  if (options.prefill_tokens_per_step < 1) return Status::Error("engine: prefill_tokens_per_step must be >= 1");
+  auto layout = kv::KvLayout::from_config(weights.config(), options.kv_block_tokens);
+  if (!layout.ok()) return layout.status().with_context("engine");
+  auto manager = kv::KvCacheManager::create(*layout, options.kv_budget_bytes);
+  if (!manager.ok()) return manager.status().with_context("engine");
+  return std::unique_ptr<Engine>(new Engine(weights, ctx, options, std::move(*manager)));
+}
+
+Result<RequestId> Engine::submit(Request request) {
+  const ModelConfig& config = weights_.config();
+  if (request.prompt.empty()) return Status::Error("request: the prompt is empty");
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    if (request.prompt[i] < 0 || request.prompt[i] >= config.vocab_size) {
+      return Status::Error("request: prompt id " + std::to_string(request.prompt[i]) + " at index " + std::to_string(i) +
+                           " is outside the vocabulary [0, " + std::to_string(config.vocab_size) + ")");
+    }
+  }
+  if (request.max_new_tokens < 1) return Status::Error("request: max_new_tokens must be >= 1");
+  const int64_t positions = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+  if (positions > config.max_position_embeddings) {
+    return Status::Error("request: prompt (" + std::to_string(request.prompt.size()) + ") + max_new_tokens (" +
+                         std::to_string(request.max_new_tokens) + ") exceed max_position_embeddings " +
+                         std::to_string(config.max_position_embeddings));
+  }
+  if (request.prefill.replay_tokens < 0) return Status::Error("request: replay_tokens must be >= 0");
+  const int64_t need = kv_->bytes_for_sequence(positions);
+  if (need > kv_->budget_bytes()) {
+    return Status::Error("request: " + std::to_string(positions) + " positions need " + std::to_string(need) +
+                         " B of KV cache, more than the whole budget of " + std::to_string(kv_->budget_bytes()) + " B");
+  }
+  const RequestId id = next_id_++;
+  RequestRecord record;
+  record.id = id;
+  record.prompt_tokens = static_cast<int64_t>(request.prompt.size());
+  records_[id] = record;
+  queued_requests_.emplace(id, std::move(request));
+  queue_.push_back(id);
+  return id;
+}
+
+Status Engine::cancel(RequestId id) {
+  auto rec = records_.find(id);
+  if (rec == records_.end()) return Status::Error("cancel: no request " + std::to_string(id));
+  if (rec->second.status == RequestStatus::kFinished) return Status::Ok();
+  auto q = std::find(queue_.begin(), queue_.end(), id);
+  if (q != queue_.end()) {
+    queue_.erase(q);
+    queued_requests_.erase(id);
+  }
+  finish(id, FinishReason::kCancelled, "", nullptr);
+  pending_finish_.emplace_back(id, FinishReason::kCancelled);
+  return Status::Ok();
+}
+
+const RequestRecord* Engine::record(RequestId id) const {
+  auto it = records_.find(id);
+  return it == records_.end() ? nullptr : &it->second;
+}
+
+void Engine::finish(RequestId id, FinishReason reason, const std::string& error, std::vector<Event>* events) {
+  RequestRecord& rec = records_[id];
+  rec.status = RequestStatus::kFinished;
+  rec.reason = reason;
+  rec.error = error;
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    rec.global_kv_bytes = (*it)->pages->global_bytes();
+    Status s = kv_->release((*it)->pages);
+    if (!s.ok() && rec.error.empty()) rec.error = s.message();
+    running_.erase(it);
+    break;
+  }
+  if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason});
+}
+
+bool Engine::emit(Running& r, int32_t token, std::vector<Event>* events) {
+  RequestRecord& rec = records_[r.id];
+  rec.generated.push_back(token);
+  if (events != nullptr) events->push_back(Event{Event::Kind::kToken, r.id, token, FinishReason::kNone});
+  r.next_input = token;
+  const auto& stops = r.request.stop_ids;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+    finish(r.id, FinishReason::kStopToken, "", events);
+    return true;
+  }
+  if (static_cast<int64_t>(rec.generated.size()) >= r.request.max_new_tokens) {
+    finish(r.id, FinishReason::kMaxTokens, "", events);
+    return true;
+  }
+  return false;
+}
+
+Status Engine::admit() {
+  while (!queue_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
+    const RequestId id = queue_.front();
+    Request& request = queued_requests_.at(id);
+    const int64_t positions = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+    if (!kv_->can_open(positions)) break;  // FIFO: wait for running requests to finish
+    auto pages = kv_->open(positions);
+    if (!pages.ok()) return pages.status().with_context("admitting request " + std::to_string(id));
+    auto seq = SequenceState::create(weights_.config());
+    if (!seq.ok()) {
+      (void)kv_->release(*pages);
+      return seq.status().with_context("admitting request " + std::to_string(id));
+    }
+    auto running = std::make_unique<Running>(Running{id, std::move(request), std::move(*seq), *pages, 0, -1});
+    Status s = running->seq.attention().attach_pages(*pages);
+    if (!s.ok()) {
+      (void)kv_->release(*pages);
+      return s.with_context("admitting request " + std::to_string(id));
+    }
+    running->window_floor = replay_start(weights_.config(), running->request.prefill,
+                                         static_cast<int64_t>(running->request.prompt.size()));
+    queue_.pop_front();
+    queued_requests_.erase(id);
+    RequestRecord& rec = records_[id];
+    rec.status = RequestStatus::kPrefilling;
+    rec.global_kv_bytes = (*pages)->global_bytes();
+    running_.push_back(std::move(running));
+    ++last_step_.admitted;
+  }
+  return Status::Ok();
+}
+
+Status Engine::step(std::vector<Event>* events) {
+  last_step_ = StepStats();
+  for (const auto& [id, reason] : pending_finish_) {
+    if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason});
+  }
+  pending_finish_.clear();
+  Status s = admit();
+  if (!s.ok()) return s;
+
+  // Sequences decoding at the start of the step take one batched decode step after the prefill work.
+  std::vector<RequestId> decoding;
+  for (const auto& r : running_) {
+    if (records_[r->id].status == RequestStatus::kDecoding) decoding.push_back(r->id);
+  }
+
+  // Prefill chunks, admission order, within the per-step token budget.
+  int64_t budget = options_.prefill_tokens_per_step;
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Running& r = *running_[i];
+    RequestRecord& rec = records_[r.id];
+    if (rec.status != RequestStatus::kPrefilling) {
+      ++i;
+      continue;
+    }
+    const int64_t prompt_length = static_cast<int64_t>(r.request.prompt.size());
+    const int64_t chunk = std::min(budget, prompt_length - rec.prompt_done);
+    ChunkLogits out;
+    s = plan_.prefill(r.request.prompt.data() + rec.prompt_done, chunk, prompt_length, r.seq, ctx_, r.request.prefill,
+                      LogitsRows::kLast, &out);
+    if (!s.ok()) {
+      finish(r.id, FinishReason::kError, s.message(), events);
+      continue;  // running_[i] is now the next request
+    }
+    budget -= chunk;
+    last_step_.prefill_tokens += chunk;
+    rec.prompt_done += chunk;
+    if (rec.prompt_done == prompt_length) {
+      rec.status = RequestStatus::kDecoding;
+      const int64_t vocab = weights_.config().vocab_size;
+      if (emit(r, argmax(out.logits.data(), vocab), events)) continue;  // finished: erased from running_
+    }
+    ++i;
+  }
+
+  // One decode step for every sequence that was decoding when the step began (rows = batch).
+  std::vector<Running*> batch;
+  for (const auto& r : running_) {
+    if (std::find(decoding.begin(), decoding.end(), r->id) != decoding.end()) batch.push_back(r.get());
+  }
+  if (!batch.empty()) {
+    std::vector<int32_t> tokens;
+    std::vector<SequenceState*> seqs;
+    std::vector<int64_t> floors;
+    for (Running* r : batch) {
+      tokens.push_back(r->next_input);
+      seqs.push_back(&r->seq);
+      floors.push_back(r->window_floor);
+    }
+    std::vector<float> logits;
+    s = plan_.decode(tokens, seqs, floors, ctx_, &logits);
+    if (!s.ok()) {
+      for (Running* r : batch) finish(r->id, FinishReason::kError, s.message(), events);
+      return s.with_context("decode step");
+    }
+    last_step_.decode_batch = static_cast<int64_t>(batch.size());
+    const int64_t vocab = weights_.config().vocab_size;
+    std::vector<RequestId> ids;
+    for (Running* r : batch) ids.push_back(r->id);
+    for (size_t b = 0; b < ids.size(); ++b) {
+      // emit() may erase finished requests from running_; look each one up by id.
+      for (auto& r : running_) {
+        if (r->id == ids[b]) {
+          emit(*r, argmax(logits.data() + static_cast<int64_t>(b) * vocab, vocab), events);
+          break;
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Engine::run_to_completion(std::vector<Event>* events) {
+  while (has_work()) {
+    Status s = step(events);
+    if (!s.ok()) return s;
+    if (running_.empty() && !queue_.empty()) {
+      const Request& head = queued_requests_.at(queue_.front());
+      const int64_t positions = static_cast<int64_t>(head.prompt.size()) + head.max_new_tokens;
+      if (!kv_->can_open(positions)) {
+        // Nothing runs, so nothing will free memory: the head of the queue can never be admitted.
+        return Status::Error("engine: request " + std::to_string(queue_.front()) + " cannot be admitted: it needs " +
+                             std::to_string(kv_->bytes_for_sequence(positions)) + " B of KV cache, " +
+                             std::to_string(kv_->free_bytes()) + " B free");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace dsflash::engine

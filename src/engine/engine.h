@@ -1,0 +1,134 @@
+// The engine core (DESIGN.md "The data path"; vLLM v1's "tokens to compute per request" scheduling): a request
+// queue, a scheduler that admits requests while the KV cache budget allows, and steps that mix prefill chunks
+// (ForwardPlan::prefill, the CED bounded-replay plan by default) with one batched decode step of every running
+// sequence (ForwardPlan::decode, rows = batch). Per-request stop conditions: max new tokens, stop ids (EOS);
+// cancellation at any time. Greedy sampling (argmax, lowest id on ties).
+//
+// Memory: every admitted request holds a KV sequence sized for prompt + max_new_tokens positions (global-KV
+// pages from the kv::KvCacheManager, which the model's compressed KV writes into, plus the charge for its window
+// rings, compressor tails and Engram history), so a running request never runs out of cache. A request that
+// could never fit is rejected at submit(); one that does not fit now waits in the queue (FIFO) until others
+// finish. Not thread-safe: one thread drives submit/cancel/step.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/kv_cache.h"
+#include "model/compute_context.h"
+#include "model/forward_plan.h"
+#include "model/model_weights.h"
+#include "model/sequence.h"
+
+namespace dsflash::engine {
+
+using RequestId = int64_t;
+
+struct Request {
+  std::vector<int32_t> prompt;     // token ids, at least one
+  int64_t max_new_tokens = 16;     // >= 1
+  std::vector<int32_t> stop_ids;   // generation ends after emitting one of these (EOS); it is part of the output
+  PrefillOptions prefill;          // plan: bounded replay (default) or exact
+};
+
+enum class RequestStatus { kQueued, kPrefilling, kDecoding, kFinished };
+enum class FinishReason { kNone, kMaxTokens, kStopToken, kCancelled, kError };
+const char* finish_reason_name(FinishReason reason);  // "", "length", "stop", "cancelled", "error"
+
+// What a caller can read about a request at any time (kept after it finishes).
+struct RequestRecord {
+  RequestId id = -1;
+  RequestStatus status = RequestStatus::kQueued;
+  FinishReason reason = FinishReason::kNone;
+  int64_t prompt_tokens = 0;
+  int64_t prompt_done = 0;        // prompt positions prefilled so far
+  std::vector<int32_t> generated;
+  std::string error;              // kError: what failed
+  int64_t global_kv_bytes = 0;    // global-KV pages held (whole blocks) while running; at finish, what it held
+};
+
+struct Event {
+  enum class Kind { kToken, kFinished };
+  Kind kind = Kind::kToken;
+  RequestId id = -1;
+  int32_t token = -1;                        // kToken
+  FinishReason reason = FinishReason::kNone; // kFinished
+};
+
+struct EngineOptions {
+  int64_t kv_budget_bytes = int64_t{1} << 30;  // global KV pages + per-sequence fixed state of running requests
+  int64_t kv_block_tokens = 64;                // positions per global-KV block
+  int max_running = 16;                        // sequences prefilling or decoding at once (decode batch bound)
+  int64_t prefill_tokens_per_step = 512;       // prompt tokens computed per step, over all prefilling requests
+};
+
+// What the last step did (for the benchmark and tests).
+struct StepStats {
+  int64_t prefill_tokens = 0;
+  int64_t decode_batch = 0;
+  int64_t admitted = 0;
+};
+
+class Engine {
+ public:
+  // weights and ctx must outlive the engine.
+  static Result<std::unique_ptr<Engine>> create(const ModelWeights& weights, const ComputeContext& ctx,
+                                                const EngineOptions& options);
+
+  // Queues a request. Errors: empty prompt, ids outside the vocabulary, max_new_tokens < 1, a context beyond
+  // max_position_embeddings, or a request larger than the whole KV budget.
+  Result<RequestId> submit(Request request);
+  // Cancels a queued or running request (its cache is released at once; a kFinished event follows in the next
+  // step). Error for an unknown id; no-op for a finished one.
+  Status cancel(RequestId id);
+  // One scheduler iteration: admit, prefill chunks, one batched decode step. Events are appended.
+  Status step(std::vector<Event>* events);
+  // Steps until every request has finished.
+  Status run_to_completion(std::vector<Event>* events);
+  bool has_work() const { return !queue_.empty() || !running_.empty() || !pending_finish_.empty(); }
+
+  const RequestRecord* record(RequestId id) const;
+  kv::KvStats kv_stats() const { return kv_->stats(); }
+  const kv::KvLayout& kv_layout() const { return kv_->layout(); }
+  const StepStats& last_step() const { return last_step_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Running {
+    RequestId id = -1;
+    Request request;
+    SequenceState seq;
+    kv::SequencePages* pages = nullptr;
+    int64_t window_floor = 0;  // the plan's decoder window floor (replay start)
+    int32_t next_input = -1;   // decoding: the token fed at the next step
+  };
+
+  Engine(const ModelWeights& weights, const ComputeContext& ctx, const EngineOptions& options,
+         std::unique_ptr<kv::KvCacheManager> kv)
+      : weights_(weights), ctx_(ctx), options_(options), plan_(weights), kv_(std::move(kv)) {}
+
+  Status admit();
+  // Records a new token; finishes the request when a stop condition holds. Returns true if it finished.
+  bool emit(Running& r, int32_t token, std::vector<Event>* events);
+  void finish(RequestId id, FinishReason reason, const std::string& error, std::vector<Event>* events);
+
+  const ModelWeights& weights_;
+  ComputeContext ctx_;
+  EngineOptions options_;
+  ForwardPlan plan_;
+  std::unique_ptr<kv::KvCacheManager> kv_;
+  RequestId next_id_ = 0;
+  std::deque<RequestId> queue_;
+  std::map<RequestId, Request> queued_requests_;
+  std::vector<std::unique_ptr<Running>> running_;  // admission order
+  std::vector<std::pair<RequestId, FinishReason>> pending_finish_;  // cancelled: event due at the next step
+  std::map<RequestId, RequestRecord> records_;
+  StepStats last_step_;
+};
+
+}  // namespace dsflash::engine

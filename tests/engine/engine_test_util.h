@@ -1,0 +1,80 @@
+// Test helpers for the engine tests: open a golden checkpoint once per process, greedy runs through ForwardPlan.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/forward_plan.h"
+#include "model/model_runner.h"
+#include "model/golden_tensors.h"
+
+namespace dsflash::testing {
+
+// One runner per golden model, kept for the whole test binary (opening maps and binds the checkpoint).
+inline const ModelRunner* golden_runner(const std::string& model) {
+  static std::map<std::string, std::unique_ptr<ModelRunner>> runners;
+  auto it = runners.find(model);
+  if (it != runners.end()) return it->second.get();
+  RunnerOptions options;
+  options.num_threads = 2;
+  auto runner = ModelRunner::open(golden_checkpoint_dir(model), options);
+  if (!runner.ok()) {
+    ADD_FAILURE() << runner.status().message();
+    return nullptr;
+  }
+  return (runners[model] = std::move(*runner)).get();
+}
+
+inline std::vector<int32_t> golden_prompt(const std::string& model, const std::string& scenario) {
+  auto file = SafetensorsFile::open(golden_output_path(model, scenario));
+  if (!file.ok()) {
+    ADD_FAILURE() << file.status().message();
+    return {};
+  }
+  std::vector<int32_t> ids;
+  for (int64_t v : to_i64(file->find("prompt_ids"))) ids.push_back(static_cast<int32_t>(v));
+  return ids;
+}
+
+// Greedy run through ForwardPlan: prefill in chunks of `chunk` tokens (0 = one chunk), then `steps` decode steps
+// of batch 1. logits: the last prompt row then one row per step.
+struct PlanRun {
+  std::vector<int32_t> generated;
+  std::vector<float> logits;
+};
+
+inline PlanRun plan_greedy(const ModelRunner& runner, const std::vector<int32_t>& prompt, const PrefillOptions& options,
+                           int64_t steps, int64_t chunk = 0) {
+  PlanRun run;
+  ForwardPlan plan(runner.weights());
+  auto seq = runner.new_sequence();
+  EXPECT_TRUE(seq.ok());
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const int64_t vocab = runner.config().vocab_size;
+  ChunkLogits out;
+  for (int64_t done = 0; done < n;) {
+    const int64_t c = chunk > 0 ? std::min(chunk, n - done) : n;
+    Status s = plan.prefill(prompt.data() + done, c, n, *seq, runner.context(), options, LogitsRows::kLast, &out);
+    EXPECT_TRUE(s.ok()) << s.message();
+    if (!s.ok()) return run;
+    done += c;
+  }
+  run.logits = out.logits;
+  run.generated.push_back(argmax(out.logits.data(), vocab));
+  const int64_t floor = replay_start(runner.config(), options, n);
+  for (int64_t i = 0; i < steps; ++i) {
+    std::vector<float> logits;
+    Status s = plan.decode({run.generated.back()}, {&*seq}, {floor}, runner.context(), &logits);
+    EXPECT_TRUE(s.ok()) << s.message();
+    if (!s.ok()) return run;
+    run.generated.push_back(argmax(logits.data(), vocab));
+    run.logits.insert(run.logits.end(), logits.begin(), logits.end());
+  }
+  return run;
+}
+
+}  // namespace dsflash::testing
