@@ -8,6 +8,13 @@
 
 namespace dsflash {
 
+// Branch-free select (a if condition else b): keeps the encoders free of control flow so that the quantisers'
+// loops vectorise (GCC turns ternaries on these types into branches).
+inline uint32_t select_u32(bool condition, uint32_t a, uint32_t b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(condition);
+  return (a & mask) | (b & ~mask);
+}
+
 // See f32_to_e4m3 (formats.h): RNE, saturating at ±448, NaN -> 0x7f.
 inline uint8_t encode_e4m3(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
@@ -20,10 +27,10 @@ inline uint8_t encode_e4m3(float value) {
   // Normal: rebias the exponent (127 -> 7) and round the mantissa from 23 to 3 bits, ties to even.
   const uint32_t mantissa_odd = (abs_bits >> 20) & 1u;
   const uint32_t normal = (abs_bits + (static_cast<uint32_t>(7 - 127) << 23) + 0x7ffffu + mantissa_odd) >> 20;
-  uint32_t code = abs_bits < (121u << 23) ? subnormal : normal;
-  code = abs_bits > std::bit_cast<uint32_t>(448.0f) ? 0x7eu : code;  // saturate (incl. infinity)
+  uint32_t code = select_u32(abs_bits < (121u << 23), subnormal, normal);
+  code = select_u32(abs_bits > std::bit_cast<uint32_t>(448.0f), 0x7eu, code);  // saturate (incl. infinity)
   code |= sign;
-  code = abs_bits > 0x7f800000u ? 0x7fu : code;                      // NaN
+  code = select_u32(abs_bits > 0x7f800000u, 0x7fu, code);                      // NaN
   return static_cast<uint8_t>(code);
 }
 
@@ -36,7 +43,7 @@ inline uint8_t encode_e2m1(float value) {
   uint32_t code = static_cast<uint32_t>(m > 0.25f) + static_cast<uint32_t>(m >= 0.75f) +
                   static_cast<uint32_t>(m > 1.25f) + static_cast<uint32_t>(m >= 1.75f) +
                   static_cast<uint32_t>(m > 2.5f) + static_cast<uint32_t>(m >= 3.5f) + static_cast<uint32_t>(m > 5.0f);
-  code = (m != m) ? 7u : code;  // NaN lands on code 7, as the reference's bucketize does
+  code = select_u32(m != m, 7u, code);  // NaN lands on code 7, as the reference's bucketize does
   return static_cast<uint8_t>(sign | code);
 }
 

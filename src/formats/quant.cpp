@@ -43,13 +43,6 @@ float block_amax(const float* x, int64_t n) {
 // clamp_min that keeps NaN (torch.clamp_min semantics).
 float floor_at(float value, float minimum) { return value < minimum ? minimum : value; }
 
-// torch.clamp(v, -limit, limit) semantics: NaN stays NaN.
-float clamp_symmetric(float value, float limit) {
-  if (value < -limit) return -limit;
-  if (value > limit) return limit;
-  return value;
-}
-
 // ceil(log2(ratio)) as a ue8m0 code, the official bit trick: biased exponent + (mantissa != 0).
 // Subnormal ratios give code 1 (2^-126); non-finite ratios (and anything that would need 2^128) give 0xff.
 uint8_t ue8m0_ceil_code(float ratio) {
@@ -71,42 +64,49 @@ uint8_t ue8m0_block_scale(const float* x, int64_t n, float amax_floor, float inv
   return ue8m0_ceil_code(amax * inverse_max_code);
 }
 
-void quant_act_block(const float* x, int64_t n, uint8_t* codes, uint8_t* scale) {
-  const uint8_t scale_code = ue8m0_block_scale(x, n, kActAmaxFloor, 1.0f / kE4m3Max);
-  const float inverse = ue8m0_inverse(scale_code);
-  for (int64_t i = 0; i < n; ++i) codes[i] = encode_e4m3(clamp_symmetric(x[i] * inverse, kE4m3Max));
-  *scale = scale_code;
+// The reference clamps x / scale to ±max_code before the cast; the encoders saturate at ±max_code themselves
+// (and keep NaN), so clamp-then-encode and encode give the same code for every input: the clamp is implied.
+
+// e4m3 codes of x * inverse_scale (inverse_scale a power of two, so this is x / scale exactly).
+void encode_e4m3_block(const float* x, int64_t n, float inverse_scale, uint8_t* codes) {
+  for (int64_t i = 0; i < n; ++i) codes[i] = encode_e4m3(x[i] * inverse_scale);
 }
 
-// Writes the e2m1 code of element i into the packed array (low nibble = even index).
-void put_nibble(uint8_t* packed, int64_t i, uint8_t code) {
-  uint8_t& byte = packed[i >> 1];
-  byte = (i & 1) ? static_cast<uint8_t>((byte & 0x0f) | (code << 4)) : static_cast<uint8_t>((byte & 0xf0) | code);
+// Packed e2m1 codes (low nibble = even element) of x * inverse_scale, or of x / scale when `divide`.
+// packed points at the byte of x[0]; x[0] is an even element (blocks start at multiples of 16).
+template <bool divide>
+void encode_e2m1_block(const float* x, int64_t n, float scale_or_inverse, uint8_t* packed) {
+  auto scaled = [scale_or_inverse](float v) { return divide ? v / scale_or_inverse : v * scale_or_inverse; };
+  const int64_t pairs = n / 2;
+  for (int64_t i = 0; i < pairs; ++i) {
+    packed[i] = static_cast<uint8_t>(encode_e2m1(scaled(x[2 * i])) | (encode_e2m1(scaled(x[2 * i + 1])) << 4));
+  }
+  if (n & 1) packed[pairs] = encode_e2m1(scaled(x[n - 1]));  // odd tail: high nibble 0
+}
+
+void quant_act_block(const float* x, int64_t n, uint8_t* codes, uint8_t* scale) {
+  const uint8_t scale_code = ue8m0_block_scale(x, n, kActAmaxFloor, 1.0f / kE4m3Max);
+  encode_e4m3_block(x, n, ue8m0_inverse(scale_code), codes);
+  *scale = scale_code;
 }
 
 uint8_t get_nibble(const uint8_t* packed, int64_t i) {
   return (i & 1) ? static_cast<uint8_t>(packed[i >> 1] >> 4) : static_cast<uint8_t>(packed[i >> 1] & 0x0f);
 }
 
-// x [n] at element offset `first` of the packed output.
-void quant_fp4_ue8m0_block(const float* x, int64_t n, int64_t first, uint8_t* packed, uint8_t* scale) {
+// x [n] -> packed bytes starting at packed[0] (x[0] is an even element).
+void quant_fp4_ue8m0_block(const float* x, int64_t n, uint8_t* packed, uint8_t* scale) {
   const uint8_t scale_code = ue8m0_block_scale(x, n, kFp4Ue8m0AmaxFloor, 1.0f / kE2m1Max);
-  const float inverse = ue8m0_inverse(scale_code);
-  for (int64_t i = 0; i < n; ++i) {
-    put_nibble(packed, first + i, encode_e2m1(clamp_symmetric(x[i] * inverse, kE2m1Max)));
-  }
+  encode_e2m1_block<false>(x, n, ue8m0_inverse(scale_code), packed);
   *scale = scale_code;
 }
 
-void quant_fp4_e4m3_block(const float* x, int64_t n, int64_t first, uint8_t* packed, uint8_t* scale) {
+void quant_fp4_e4m3_block(const float* x, int64_t n, uint8_t* packed, uint8_t* scale) {
   const float amax = floor_at(block_amax(x, n), kFp4E4m3AmaxFloor);
   // Non-finite amax -> NaN scale (the codec alone would saturate infinity to 448).
   const uint8_t scale_code = std::isfinite(amax) ? f32_to_e4m3(amax / kE2m1Max) : uint8_t{0x7f};
-  const float scale_value = e4m3_to_f32(scale_code);
   // The e4m3 scale is not a power of two: x / scale must be a true IEEE division (spec §4.9).
-  for (int64_t i = 0; i < n; ++i) {
-    put_nibble(packed, first + i, encode_e2m1(clamp_symmetric(x[i] / scale_value, kE2m1Max)));
-  }
+  encode_e2m1_block<true>(x, n, e4m3_to_f32(scale_code), packed);
   *scale = scale_code;
 }
 
@@ -116,6 +116,10 @@ uint8_t ue8m0_scale_code(float amax, float max_code, float amax_floor) {
   return ue8m0_ceil_code(floor_at(amax, amax_floor) * (1.0f / max_code));
 }
 
+void encode_e4m3_scaled(const float* x, int64_t n, float inverse_scale, uint8_t* codes) {
+  encode_e4m3_block(x, n, inverse_scale, codes);
+}
+
 void act_quant_block32(const float* x, int64_t n, uint8_t* codes, uint8_t* scales) {
   for (int64_t begin = 0, block = 0; begin < n; begin += 32, ++block) {
     quant_act_block(x + begin, std::min<int64_t>(32, n - begin), codes + begin, scales + block);
@@ -123,22 +127,24 @@ void act_quant_block32(const float* x, int64_t n, uint8_t* codes, uint8_t* scale
 }
 
 void fp4_quant_ue8m0_block32(const float* x, int64_t n, uint8_t* packed, uint8_t* scales) {
-  if (n & 1) packed[n >> 1] = 0;  // odd tail: the unused high nibble stays 0
   for (int64_t begin = 0, block = 0; begin < n; begin += 32, ++block) {
-    quant_fp4_ue8m0_block(x + begin, std::min<int64_t>(32, n - begin), begin, packed, scales + block);
+    quant_fp4_ue8m0_block(x + begin, std::min<int64_t>(32, n - begin), packed + begin / 2, scales + block);
   }
 }
 
 void fp4_quant_e4m3_block16(const float* x, int64_t n, uint8_t* packed, uint8_t* scales) {
-  if (n & 1) packed[n >> 1] = 0;
   for (int64_t begin = 0, block = 0; begin < n; begin += 16, ++block) {
-    quant_fp4_e4m3_block(x + begin, std::min<int64_t>(16, n - begin), begin, packed, scales + block);
+    quant_fp4_e4m3_block(x + begin, std::min<int64_t>(16, n - begin), packed + begin / 2, scales + block);
   }
 }
 
 void dequant_e4m3_ue8m0(const uint8_t* codes, const uint8_t* scales, int64_t n, int block, float* out) {
   const float* values = e4m3_value_table();
-  for (int64_t i = 0; i < n; ++i) out[i] = values[codes[i]] * e8m0_to_f32(scales[i / block]);
+  for (int64_t begin = 0; begin < n; begin += block) {
+    const float scale = e8m0_to_f32(scales[begin / block]);
+    const int64_t end = std::min<int64_t>(n, begin + block);
+    for (int64_t i = begin; i < end; ++i) out[i] = values[codes[i]] * scale;
+  }
 }
 
 void dequant_e2m1_ue8m0(const uint8_t* packed, const uint8_t* scales, int64_t n, int block, float* out) {
@@ -169,7 +175,7 @@ void fake_quant_fp4_ue8m0_block32(float* x, int64_t n) {
   uint8_t scale = 0;
   for (int64_t begin = 0; begin < n; begin += 32) {
     const int64_t len = std::min<int64_t>(32, n - begin);
-    quant_fp4_ue8m0_block(x + begin, len, 0, packed, &scale);
+    quant_fp4_ue8m0_block(x + begin, len, packed, &scale);
     const float scale_value = e8m0_to_f32(scale);
     for (int64_t i = 0; i < len; ++i) x[begin + i] = round_to_bf16(e2m1_to_f32(get_nibble(packed, i)) * scale_value);
   }
@@ -180,7 +186,7 @@ void fake_quant_fp4_e4m3_block16(float* x, int64_t n) {
   uint8_t scale = 0;
   for (int64_t begin = 0; begin < n; begin += 16) {
     const int64_t len = std::min<int64_t>(16, n - begin);
-    quant_fp4_e4m3_block(x + begin, len, 0, packed, &scale);
+    quant_fp4_e4m3_block(x + begin, len, packed, &scale);
     const float scale_value = e4m3_to_f32(scale);
     for (int64_t i = 0; i < len; ++i) x[begin + i] = round_to_bf16(e2m1_to_f32(get_nibble(packed, i)) * scale_value);
   }

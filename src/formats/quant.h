@@ -30,6 +30,9 @@ void fp4_quant_e4m3_block16(const float* x, int64_t n, uint8_t* packed, uint8_t*
 // shapes the functions above do not cover (the checkpoint's 32x32 FP8 weight tiles).
 uint8_t ue8m0_scale_code(float amax, float max_code, float amax_floor);
 
+// The encode step of act_quant for a known power-of-two scale: codes[i] = e4m3(clamp(x[i] * inverse_scale, ±448)).
+void encode_e4m3_scaled(const float* x, int64_t n, float inverse_scale, uint8_t* codes);
+
 // Dequantisers (exact: every product is representable in fp32).
 void dequant_e4m3_ue8m0(const uint8_t* codes, const uint8_t* scales, int64_t n, int block, float* out);
 void dequant_e2m1_ue8m0(const uint8_t* packed, const uint8_t* scales, int64_t n, int block, float* out);

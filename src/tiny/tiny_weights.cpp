@@ -193,10 +193,8 @@ Result<std::vector<uint8_t>> WeightGenerator::quantised_weight(const ExpectedTen
         scales[static_cast<size_t>(tr * tile_cols + tc)] = code;
         const float inverse = e8m0_to_f32(static_cast<uint8_t>(254 - code));  // exact 1 / 2^(code-127)
         for (int64_t r = tr * 32; r < r_end; ++r) {
-          for (int64_t c = tc * 32; c < c_end; ++c) {
-            const float q = std::clamp(values[static_cast<size_t>(r * cols + c)] * inverse, -448.0f, 448.0f);
-            bytes[static_cast<size_t>(r * cols + c)] = f32_to_e4m3(q);
-          }
+          const size_t at = static_cast<size_t>(r * cols + tc * 32);
+          encode_e4m3_scaled(&values[at], c_end - tc * 32, inverse, &bytes[at]);
         }
       }
     }
