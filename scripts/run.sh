@@ -8,6 +8,6 @@ scripts/build.sh
 model="${1:-}"
 if [ -z "$model" ]; then
   model=build/tiny-model
-  [ -f "$model/config.json" ] || build/apps/dsflash make-tiny --preset tiny -o "$model" --seed 1
+  [ -f "$model/config.json" ] || build/apps/dsflash make-tiny --preset tiny -o "$model" --seed 1 --force
 fi
 build/apps/dsflash inspect -m "$model"
