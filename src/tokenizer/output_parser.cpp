@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/python_json.h"
+#include "tokenizer/utf8.h"
 
 namespace dsflash {
 
@@ -159,15 +160,16 @@ bool OutputParser::parse_invoke(std::string_view invoke, ToolCall& call, std::st
     seen.push_back(name);
     if (!first) args += ", ";
     first = false;
-    args += python_json_string(name) + ": ";
+    // Ill-formed UTF-8 (only possible when the caller feeds raw bytes) becomes U+FFFD so arguments stay JSON.
+    args += python_json_string(utf8::sanitize(name)) + ": ";
     if (is_string) {
-      args += python_json_string(std::string(value));
+      args += python_json_string(utf8::sanitize(value));
     } else if (nlohmann::json::accept(value)) {
       args += std::string(value);
     } else {
       // Not JSON although string="false": keep it as a string so the arguments stay valid JSON.
       warning = "DSML parameter '" + name + "' has string=\"false\" but its value is not JSON";
-      args += python_json_string(std::string(value));
+      args += python_json_string(utf8::sanitize(value));
     }
     auto [sep_end, sep_kind] = find_first(rest, {kParamOpen, kInvokeCloseStem});
     if (sep_kind < 0 || rest.substr(0, sep_end) != ">\n") {
@@ -302,12 +304,27 @@ void OutputParser::step(std::vector<OutputEvent>& out, bool final) {
       continue;
     }
     // Neither tag yet: wait while it can still become one.
-    if (!final && (is_prefix_of(buffer_, kInvokeOpen) || is_prefix_of(buffer_, kCallsClose))) return;
-    const size_t eos = buffer_.find(kEos);
-    const size_t cut = eos == std::string::npos ? buffer_.size() : eos;
+    const bool maybe_tag = is_prefix_of(buffer_, kInvokeOpen) || is_prefix_of(buffer_, kCallsClose) ||
+                           is_prefix_of(buffer_, kEos);
+    if (!final && maybe_tag) return;
+    if (buffer_.empty() || buffer_.compare(0, kEos.size(), kEos) == 0) {
+      fail_calls(out, "unterminated DSML calls block");
+      continue;
+    }
+    // Give back only the bytes that decided it is no tag (to the next character boundary), and scan the rest as
+    // content again: the result must not depend on how the text was cut into pieces.
+    size_t matched = 0;
+    while (matched < buffer_.size() &&
+           (is_prefix_of(std::string_view(buffer_).substr(0, matched + 1), kInvokeOpen) ||
+            is_prefix_of(std::string_view(buffer_).substr(0, matched + 1), kCallsClose) ||
+            is_prefix_of(std::string_view(buffer_).substr(0, matched + 1), kEos))) {
+      ++matched;
+    }
+    size_t cut = std::max<size_t>(matched, 1);
+    while (cut < buffer_.size() && (static_cast<uint8_t>(buffer_[cut]) & 0xC0) == 0x80) ++cut;
     calls_raw_ += buffer_.substr(0, cut);
     buffer_.erase(0, cut);
-    fail_calls(out, final && cut == 0 ? "unterminated DSML calls block" : "unexpected text inside a DSML calls block");
+    fail_calls(out, "unexpected text inside a DSML calls block");
   }
 }
 
