@@ -372,7 +372,8 @@ Status AttentionLayer::store_entries(const std::vector<float>& latents, const st
     std::memcpy(row.data(), &latents[static_cast<size_t>(i * d)], static_cast<size_t>(d) * sizeof(float));
     rope_.rotate(row.data() + d - rope_dim_, position);
     fp4_quant_e4m3_block16(row.data(), d, kv_packed.data(), kv_scales.data());
-    kv->append(kv_packed.data(), kv_scales.data(), key_packed.data(), key_scales.data());
+    const Status appended = kv->append(kv_packed.data(), kv_scales.data(), key_packed.data(), key_scales.data());
+    if (!appended.ok()) return appended.with_context("attention layer " + std::to_string(layer_));
   }
   return Status::Ok();
 }
