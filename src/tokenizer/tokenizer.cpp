@@ -135,7 +135,7 @@ Result<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, const st
   return t;
 }
 
-void Tokenizer::append_plain_ids(std::string_view text, TextSpan span, std::vector<int32_t>& ids,
+void Tokenizer::append_plain_ids(std::string_view text, TextSpan span, bool use_cache, std::vector<int32_t>& ids,
                                  Status& status) const {
   // The regexes see only this segment (Hugging Face pre-tokenizes each piece between added tokens alone).
   const std::string_view segment = text.substr(span.begin, span.size());
@@ -144,7 +144,14 @@ void Tokenizer::append_plain_ids(std::string_view text, TextSpan span, std::vect
     status = pieces.status();
     return;
   }
-  for (const auto& piece : *pieces) bpe_.tokenize_piece(segment.substr(piece.begin, piece.size()), ids);
+  for (const auto& piece : *pieces) {
+    const std::string_view bytes = segment.substr(piece.begin, piece.size());
+    if (use_cache) {
+      bpe_.tokenize_piece(bytes, ids);
+    } else {
+      bpe_.tokenize_piece_uncached(bytes, ids);
+    }
+  }
 }
 
 Result<std::vector<int32_t>> Tokenizer::encode(std::string_view input, const EncodeOptions& options) const {
@@ -165,7 +172,7 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view input, const Enc
     if (seg.token_id >= 0) {
       ids.push_back(seg.token_id);
     } else {
-      append_plain_ids(text, seg.span, ids, status);
+      append_plain_ids(text, seg.span, options.use_cache, ids, status);
       if (!status.ok()) return status.with_context("tokenizer '" + origin_ + "': encode");
     }
   }

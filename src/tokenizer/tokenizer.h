@@ -24,6 +24,8 @@ struct EncodeOptions {
   // Treat special added tokens in the text as plain text (Hugging Face's split_special_tokens). Non-special
   // added tokens (<｜User｜>, <think>, ...) are still matched, as in Hugging Face.
   bool split_special_tokens = false;
+  // Look pieces up in / add them to the BPE cache (off: always run the merges; for benchmarks and tests).
+  bool use_cache = true;
 };
 
 class Tokenizer {
@@ -57,7 +59,8 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
-  void append_plain_ids(std::string_view text, TextSpan span, std::vector<int32_t>& ids, Status& status) const;
+  void append_plain_ids(std::string_view text, TextSpan span, bool use_cache, std::vector<int32_t>& ids,
+                        Status& status) const;
 
   std::string origin_;
   BpeModel bpe_;
