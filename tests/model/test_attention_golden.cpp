@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -40,6 +41,9 @@ struct Tally {
     for (size_t i = 0; i < n; ++i) {
       if (got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))) continue;
       ++mismatches;
+      if (std::getenv("DSFLASH_TEST_VERBOSE") != nullptr && mismatches <= 5) {
+        std::printf("    mismatch at %zu: got %.9g want %.9g\n", i, got[i], want[i]);
+      }
       const float d = std::fabs(got[i] - want[i]);
       max_diff = std::max(max_diff, std::isnan(d) ? INFINITY : d);
     }
