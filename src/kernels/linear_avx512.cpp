@@ -34,7 +34,9 @@ namespace {
 
 constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
 constexpr int kChunkPairs = 16;   // block pairs per chunk: 16 outputs x 1024 K bf16 = 32 KB of scratch
-constexpr int64_t kPrefetchPairs = 8;  // FP8: 8 pairs x 16 rows x 64 B = 8 KB ahead (FP4 twice the pairs)
+constexpr int64_t kPrefetchPairs = 8;
+constexpr int64_t kBf16Span = 512;  // bf16 K elements per prefetch burst (4 rows x 1 KB)
+constexpr int64_t kBf16PrefetchElements = 2048;  // 4 rows x 4 KB ahead  // FP8: 8 pairs x 16 rows x 64 B = 8 KB ahead (FP4 twice the pairs)
 
 // bf16 bits of the e4m3 magnitudes 0..127 split into low and high bytes (vpermt2b looks up 128 entries);
 // the sign bit is ORed into the high byte. bf16 bits of the 16 e2m1 codes for vpermw.
@@ -322,26 +324,50 @@ void fp4_gemm_avx512(const Fp8Activations& x, const Fp4Weight& w, float* y, Thre
 
 // BF16: y[r][o] = Σ_k x[r][k] * w[o][k] in fp32 FMAs, 16 lanes per (row, output), then one horizontal sum.
 // A tile is 4 outputs x RT rows (4*RT accumulators); weights are widened once per tile step.
+// `ahead`: when not null, the next group's first row; row j prefetches ahead + j * k + kk.
 template <int RT>
 DSFLASH_AVX512 void bf16_tile(const float* x, int64_t k, const uint16_t* w, const int64_t* o, int n_out,
-                              int64_t out, float* y) {
+                              int64_t out, float* y, const uint16_t* ahead) {
+  const uint16_t* rows[4];
+  for (int j = 0; j < 4; ++j) rows[j] = w + o[j] * k;
+  // Accumulators stay in registers: no lambda or pointer may capture them (__m512 aliases float).
   __m512 acc[RT][4];
   for (int r = 0; r < RT; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  auto step = [&](int64_t kk, __mmask16 m) DSFLASH_AVX512 {
+  // K in spans of kBf16Span: the prefetches for a span are issued before its loop, and the loop uses only
+  // plain loads, so that GCC keeps the accumulators in registers (a prefetch or a masked-load builtin in
+  // the loop makes it store them to the stack every iteration).
+  const int64_t k_full = k - k % 16;
+  for (int64_t k0 = 0; k0 < k_full; k0 += kBf16Span) {
+    const int64_t k1 = std::min(k_full, k0 + kBf16Span);
+    for (int64_t kk = k0; kk < k1; kk += 16) {
+      if (ahead && kk % 32 == 0)
+        for (int j = 0; j < 4; ++j) _mm_prefetch(reinterpret_cast<const char*>(ahead + j * k + kk), _MM_HINT_T1);
+      __m512 wv[4];
+      for (int j = 0; j < 4; ++j)
+        wv[j] = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + kk))), 16));
+      for (int r = 0; r < RT; ++r) {
+        const __m512 xv = _mm512_loadu_ps(x + r * k + kk);
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(xv, wv[j], acc[r][j]);
+      }
+    }
+  }
+  if (k_full < k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - k_full)) - 1);
     __m512 wv[4];
     for (int j = 0; j < 4; ++j)
-      wv[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, w + o[j] * k + kk)), 16));
+      wv[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, rows[j] + k_full)), 16));
     for (int r = 0; r < RT; ++r) {
-      __m512 xv = _mm512_maskz_loadu_ps(m, x + r * k + kk);
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + r * k + k_full);
       for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(xv, wv[j], acc[r][j]);
     }
-  };
-  int64_t kk = 0;
-  for (; kk + 16 <= k; kk += 16) step(kk, 0xffff);
-  if (kk < k) step(kk, static_cast<__mmask16>((1u << (k - kk)) - 1));
+  }
   for (int r = 0; r < RT; ++r)
-    for (int j = 0; j < n_out; ++j) y[r * out + o[j]] = _mm512_reduce_add_ps(acc[r][j]);
+    for (int j = 0; j < 4; ++j) {
+      const float total = _mm512_reduce_add_ps(acc[r][j]);  // constant indices keep acc in registers
+      if (j < n_out) y[r * out + o[j]] = total;
+    }
 }
 
 DSFLASH_AVX512 void bf16_groups(const float* x, int64_t rows, const Bf16Weight& w, float* y, int64_t g0, int64_t g1) {
@@ -349,12 +375,17 @@ DSFLASH_AVX512 void bf16_groups(const float* x, int64_t rows, const Bf16Weight& 
     int64_t o[4];
     const int n_out = static_cast<int>(std::min<int64_t>(4, w.out - 4 * g));
     for (int j = 0; j < 4; ++j) o[j] = 4 * g + std::min(j, n_out - 1);
+    // Rows of the next group of this range (4 contiguous weight rows), fetched during the first row tile.
+    // The next group of this range (4 contiguous rows), fetched while this one runs: short rows end
+    // before the hardware prefetchers ramp up. Into L2 only: a group can be as large as L1.
+    const uint16_t* ahead = g + 1 < g1 && 4 * (g + 1) + 3 < w.out ? w.data + 4 * (g + 1) * w.in : nullptr;
     int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) bf16_tile<4>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out);
+    for (; r + 4 <= rows; r += 4, ahead = nullptr)
+      bf16_tile<4>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out, ahead);
     switch (rows - r) {
-      case 3: bf16_tile<3>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out); break;
-      case 2: bf16_tile<2>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out); break;
-      case 1: bf16_tile<1>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out); break;
+      case 3: bf16_tile<3>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out, ahead); break;
+      case 2: bf16_tile<2>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out, ahead); break;
+      case 1: bf16_tile<1>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out, ahead); break;
       default: break;
     }
   }
