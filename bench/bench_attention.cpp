@@ -1,0 +1,92 @@
+// Attention kernels at the real model's shapes (spec/MODEL.md §1, §4.3, §4.5): sparse attention of one decode
+// query (64 heads x 512, window 128 + top-k 512 = 640 entries) and of a prefill tile (32 queries), reference
+// vs fast (1 and 2 threads); the top-k selection of the indexer (k 512 over 16K..1M scores, bf16-valued with
+// ties). Prints time per call and the kernel's arithmetic rate; a benchmark, not a test.
+// Run: build-<you>/bench/bench_attention [--benchmark_filter=sparse]
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "formats/formats.h"
+#include "kernels/sparse_attention.h"
+#include "kernels/topk.h"
+
+namespace dsflash {
+namespace {
+
+constexpr int kHeads = 64;
+constexpr int64_t kDim = 512;
+constexpr int64_t kEntries = 640;
+
+struct AttentionInputs {
+  std::vector<float> q, kv, sink, out;
+  std::vector<const float*> rows;
+  AttentionInputs(int64_t queries) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal(0.0f, 0.3f);
+    q.resize(static_cast<size_t>(queries * kHeads * kDim));
+    for (float& v : q) v = round_to_bf16(normal(rng));
+    kv.resize(static_cast<size_t>(kEntries * kDim));
+    for (float& v : kv) v = round_to_bf16(normal(rng));
+    sink.assign(kHeads, 0.5f);
+    out.resize(q.size());
+    for (int64_t t = 0; t < queries; ++t) {
+      for (int64_t j = 0; j < kEntries; ++j) rows.push_back(j % 97 == 5 ? nullptr : &kv[static_cast<size_t>(j * kDim)]);
+    }
+  }
+};
+
+void run_sparse(benchmark::State& state, const SparseAttentionKernels& kernels, int64_t queries, int threads) {
+  AttentionInputs in(queries);
+  std::unique_ptr<ThreadPool> pool;
+  if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
+  SparseAttentionArgs a;
+  a.q = in.q.data();
+  a.rows = in.rows.data();
+  a.sink = in.sink.data();
+  a.out = in.out.data();
+  a.num_queries = queries;
+  a.num_entries = kEntries;
+  a.heads = kHeads;
+  a.dim = kDim;
+  a.scale = 1.0f / 22.627417f;
+  for (auto _ : state) {
+    kernels.attend(a, pool.get());
+    benchmark::DoNotOptimize(in.out.data());
+  }
+  // q·k and P·V: 2 * 2 * entries * dim flops per (query, head)
+  state.counters["GFLOPs"] = benchmark::Counter(static_cast<double>(4 * kEntries * kDim * kHeads * queries),
+                                                benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+void BM_SparseAttentionReference(benchmark::State& s) { run_sparse(s, reference_sparse_attention(), s.range(0), 1); }
+void BM_SparseAttentionBest(benchmark::State& s) {
+  run_sparse(s, best_sparse_attention(), s.range(0), static_cast<int>(s.range(1)));
+}
+BENCHMARK(BM_SparseAttentionReference)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SparseAttentionBest)->Args({1, 1})->Args({1, 2})->Args({32, 2})->Unit(benchmark::kMillisecond);
+
+void run_topk(benchmark::State& state, const TopkKernels& kernels) {
+  const int64_t n = state.range(0);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = round_to_bf16(normal(rng));  // bf16 values: many ties
+  std::vector<int32_t> out(512);
+  for (auto _ : state) {
+    kernels.select(x.data(), n, 512, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+void BM_TopkReference(benchmark::State& s) { run_topk(s, reference_topk()); }
+void BM_TopkBest(benchmark::State& s) { run_topk(s, best_topk()); }
+BENCHMARK(BM_TopkReference)->Arg(16384)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TopkBest)->Arg(16384)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace dsflash
+
+BENCHMARK_MAIN();
