@@ -115,21 +115,25 @@ DSFLASH_AVX512 inline void fp4_to_bf16(__m256i packed, __m512i table, __m512i* w
   *w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
 }
 
-// 16 vectors (one per output) whose lanes 0-7 sum to block b's partial and lanes 8-15 to block b+1's
-// -> p0, p1 with lane i = output i.
-DSFLASH_AVX512 inline void reduce_16x2(const __m512* v, __m512* p0, __m512* p1) {
-  __m512 s[8];
-  for (int m = 0; m < 8; ++m)
-    s[m] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * m], v[2 * m + 1]), _mm512_unpackhi_ps(v[2 * m], v[2 * m + 1]));
-  __m512 t[4];
-  for (int n = 0; n < 4; ++n) {
-    __m512d a = _mm512_castps_pd(s[2 * n]), b = _mm512_castps_pd(s[2 * n + 1]);
-    t[n] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_f32x4(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_f32x4(t[2], t[3], _MM_SHUFFLE(3, 1, 3, 1)));
+// dot(i) for the 16 outputs i of a tile gives vectors whose lanes 0-7 sum to block b's partial and lanes
+// 8-15 to block b+1's -> p0, p1 with lane i = output i. The vectors are folded as they are produced and
+// only through named values (no array), which keeps them in registers.
+template <class Dot>
+DSFLASH_AVX512 inline void reduce_16x2(const Dot& dot, __m512* p0, __m512* p1) {
+  auto s = [&](int m) DSFLASH_AVX512 {  // outputs 2m, 2m+1: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3]
+    const __m512 a = dot(2 * m), b = dot(2 * m + 1);
+    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  };
+  auto t = [&](int n) DSFLASH_AVX512 {  // outputs 4n..4n+3, one 4-lane sum per 128-bit lane
+    const __m512d a = _mm512_castps_pd(s(2 * n)), b = _mm512_castps_pd(s(2 * n + 1));
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  };
+  auto u = [&](int h) DSFLASH_AVX512 {  // lanes [b: 8h..8h+3, b+1: 8h..8h+3, b: 8h+4.., b+1: 8h+4..]
+    const __m512 a = t(2 * h), b = t(2 * h + 1);
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  };
+  const __m512 u0 = u(0), u1 = u(1);
   *p0 = _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0));
   *p1 = _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1));
 }
@@ -237,16 +241,15 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
         for (int64_t p = p0; p < p1; ++p) {
           const bool half = 2 * p + 1 == g.kb;
           const __m512i a0 = _mm512_loadu_si512(g.act + p * 64), a1 = _mm512_loadu_si512(g.act + p * 64 + 32);
-          __m512 v[kTile];
           const uint8_t* ahead = prefetch_base(tile, p);
-          for (int i = 0; i < kTile; ++i) {
+          auto dot = [&](int i) DSFLASH_AVX512 {
             __m512i w0, w1;
             if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
             convert(rows_o[i], p, half, &w0, &w1);
-            v[i] = dot_pair(w0, w1, a0, a1);
-          }
+            return dot_pair(w0, w1, a0, a1);
+          };
           __m512 pb, pb1;
-          reduce_16x2(v, &pb, &pb1);
+          reduce_16x2(dot, &pb, &pb1);
           const int64_t bi = 2 * (p - p0);
           y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb, _mm512_set1_ps(dt.e8m0_f32[g.act_scales[2 * p]])),
                                              _mm512_load_ps(sw[bi])));
@@ -274,11 +277,11 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
         __m512 y = p0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(store_mask, yr);
         for (int64_t p = p0; p < p1; ++p) {
           const __m512i a0 = _mm512_loadu_si512(act + p * 64), a1 = _mm512_loadu_si512(act + p * 64 + 32);
-          __m512 v[kTile];
-          for (int i = 0; i < kTile; ++i)
-            v[i] = dot_pair(_mm512_load_si512(scratch[i][p - p0]), _mm512_load_si512(scratch[i][p - p0] + 32), a0, a1);
+          auto dot = [&](int i) DSFLASH_AVX512 {
+            return dot_pair(_mm512_load_si512(scratch[i][p - p0]), _mm512_load_si512(scratch[i][p - p0] + 32), a0, a1);
+          };
           __m512 pb, pb1;
-          reduce_16x2(v, &pb, &pb1);
+          reduce_16x2(dot, &pb, &pb1);
           const int64_t bi = 2 * (p - p0);
           y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb, _mm512_set1_ps(dt.e8m0_f32[sa[2 * p]])),
                                              _mm512_load_ps(sw[bi])));
