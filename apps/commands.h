@@ -12,6 +12,7 @@ void add_inspect_command(CLI::App& app, int* exit_code);
 void add_make_tiny_command(CLI::App& app, int* exit_code);
 void add_logits_command(CLI::App& app, int* exit_code);
 void add_bench_command(CLI::App& app, int* exit_code);
+void add_generate_command(CLI::App& app, int* exit_code);
 void add_tokenize_command(CLI::App& app, int* exit_code);
 void add_detokenize_command(CLI::App& app, int* exit_code);
 void add_render_command(CLI::App& app, int* exit_code);

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   dsflash::cli::add_make_tiny_command(app, &exit_code);
   dsflash::cli::add_logits_command(app, &exit_code);
   dsflash::cli::add_bench_command(app, &exit_code);
+  dsflash::cli::add_generate_command(app, &exit_code);
   dsflash::cli::add_tokenize_command(app, &exit_code);
   dsflash::cli::add_detokenize_command(app, &exit_code);
   dsflash::cli::add_render_command(app, &exit_code);
