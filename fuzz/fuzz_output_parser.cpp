@@ -48,7 +48,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
   for (const auto& call : whole.tool_calls) {
-    if (!nlohmann::json::accept(call.arguments) || !nlohmann::json::parse(call.arguments).is_object()) {
+    // nlohmann's lexer stops at a NUL byte, so a NUL would pass accept(): check for it separately.
+    if (call.arguments.find('\0') != std::string::npos || !nlohmann::json::accept(call.arguments) ||
+        !nlohmann::json::parse(call.arguments).is_object()) {
       std::fprintf(stderr, "tool call arguments are not a JSON object: %s\n", call.arguments.c_str());
       std::abort();
     }

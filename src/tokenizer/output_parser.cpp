@@ -164,7 +164,8 @@ bool OutputParser::parse_invoke(std::string_view invoke, ToolCall& call, std::st
     args += python_json_string(utf8::sanitize(name)) + ": ";
     if (is_string) {
       args += python_json_string(utf8::sanitize(value));
-    } else if (nlohmann::json::accept(value)) {
+    } else if (value.find('\0') == std::string_view::npos && nlohmann::json::accept(value)) {
+      // (nlohmann's lexer takes a NUL byte for the end of input, so a NUL is checked for separately)
       args += std::string(value);
     } else {
       // Not JSON although string="false": keep it as a string so the arguments stay valid JSON.

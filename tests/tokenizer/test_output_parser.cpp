@@ -172,14 +172,18 @@ TEST(OutputParser, MalformedDsmlBecomesFlaggedContent) {
 
 // Inputs the fuzzer (fuzz/fuzz_output_parser.cpp) once broke: first byte = mode and chunk size, then the text.
 TEST(OutputParser, FuzzRegressions) {
-  for (const char* name : {"fuzz_regressions/output_parser_1.bin", "fuzz_regressions/output_parser_2.bin"}) {
+  for (const char* name : {"fuzz_regressions/output_parser_1.bin", "fuzz_regressions/output_parser_2.bin",
+                           "fuzz_regressions/output_parser_3.bin"}) {
     const std::string data = test::read_file(test::data_path(name));
     ASSERT_FALSE(data.empty()) << name;
     const bool thinking = data[0] & 1;
     const std::string text = data.substr(1);
     const auto whole = parse_output(text, thinking);
     for (size_t chunk = 1; chunk <= 9; ++chunk) expect_same(parse_in_chunks(text, thinking, chunk), whole, name);
-    for (const auto& call : whole.tool_calls) EXPECT_TRUE(nlohmann::json::accept(call.arguments)) << call.arguments;
+    for (const auto& call : whole.tool_calls) {
+      EXPECT_TRUE(call.arguments.find('\0') == std::string::npos && nlohmann::json::accept(call.arguments))
+          << call.arguments;
+    }
   }
 }
 
