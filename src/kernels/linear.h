@@ -43,8 +43,13 @@ struct Bf16Weight {
 };
 
 // Outputs are fp32 [rows, out] before any bf16 rounding; callers round where the reference rounds.
-// FP8/FP4: per 32-wide K block, partial = Σ a·w (fp32), y += partial · sa · sw, blocks in K order.
-// BF16: x is fp32 (bf16 activations, or genuine fp32 for the "fp32" linears); Σ in K order in fp32.
+// FP8/FP4 (kernel.py's fp8_gemm / fp4_gemm): per 32-wide K block, partial = Σ a·w in fp32, then
+// y = y + (partial · sa) · sw (activation scale first), blocks in K order, y starting at 0. The products are
+// exact in fp32; the reference sums a block's 32 products in k order, the SIMD sets in another order, so
+// they agree bit for bit whenever a block's sum is exact in fp32 (nearly always) and within the reordering
+// bound otherwise (tests/kernels/test_linear_fast.cpp).
+// BF16: x is fp32 (bf16 activations, or genuine fp32 for the "fp32" linears); the reference sums in K order
+// with fused multiply-adds; the SIMD sets sum 16 (or 8) lanes and reduce, within the reordering bound.
 struct LinearKernels {
   const char* name;
   void (*fp8_gemm)(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool);
