@@ -2,6 +2,9 @@
 // in a Debian-unstable chroot), the MODEL.md §8 probe, V4.1 added tokens, decoding, refusals.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/detokenizer.h"
@@ -188,6 +191,24 @@ TEST(Tokenizer, CacheGivesSameIds) {
     t.bpe().tokenize_piece_uncached(piece, b);
     EXPECT_EQ(a, b) << n;
   }
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+  // const methods run concurrently (the BPE cache is shared): every thread must see the golden ids.
+  const auto& t = test::v41_tokenizer();
+  const auto& cases = goldens()["cases"];
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (size_t i = k; i < cases.size(); i += 2) {
+        auto ids = t.encode(case_text(cases[i]));
+        if (!ids.ok() || *ids != cases[i]["v41"].get<std::vector<int32_t>>()) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(Tokenizer, LongInputsDoNotBlowUp) {
