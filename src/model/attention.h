@@ -66,6 +66,14 @@ class AttentionLayer {
   Status forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
                            const ComputeContext& ctx, AttentionTrace* trace = nullptr);
 
+  // Batched decode (engine; defined in attention_decode_batch.cpp): one token for each of `batch` sequences,
+  // x [batch, dim] at positions[b] > 0 with states[b] and shared[b] (each reset for its own single-token call).
+  // The projections (wq_a, wq_b, wkv, wo_a, wo_b) run once with rows = batch, so every weight is read once per
+  // step; window, compressor, indexer and sparse attention run per sequence. Row b of out equals forward() on
+  // that sequence alone. out [batch, dim].
+  Status forward_decode_batch(const float* x, int64_t batch, const int64_t* positions, AttentionState* const* states,
+                              Csa2Shared* const* shared, const ComputeContext& ctx, float* out);
+
   int layer() const { return layer_; }
   bool kv_source() const { return kv_source_; }
 

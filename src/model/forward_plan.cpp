@@ -255,7 +255,16 @@ Status ForwardPlan::decode(const std::vector<int32_t>& tokens, const std::vector
   BlockScratch w;
   w.resize(batch, shape.hc, shape.dim);
   std::vector<Csa2Shared> shared(static_cast<size_t>(batch));
-  for (int64_t b = 0; b < batch; ++b) shared[static_cast<size_t>(b)].reset(seqs[static_cast<size_t>(b)]->num_positions(), 1);
+  std::vector<int64_t> positions(static_cast<size_t>(batch));
+  std::vector<AttentionState*> states(static_cast<size_t>(batch));
+  std::vector<Csa2Shared*> shared_rows(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    const size_t i = static_cast<size_t>(b);
+    positions[i] = seqs[i]->num_positions();
+    states[i] = &seqs[i]->attention();
+    shared[i].reset(positions[i], 1);
+    shared_rows[i] = &shared[i];
+  }
   const int decoder_start = config.ced_decoder_start();
   for (const BlockWeights& block : weights_.blocks()) {
     const std::string where = "layer " + std::to_string(block.layer);
@@ -266,15 +275,14 @@ Status ForwardPlan::decode(const std::vector<int32_t>& tokens, const std::vector
     hc_mixes(streams.h.data(), batch, block.hc_attn, shape, w.a_pre.data(), w.a_post.data(), w.a_comb.data(),
              ctx.pool);
     attention_input(weights_, block, streams, ctx, w.x.data());
+    const bool decoder = block.layer >= decoder_start;
     for (int64_t b = 0; b < batch; ++b) {
-      SequenceState& seq = *seqs[static_cast<size_t>(b)];
-      Csa2Shared& sh = shared[static_cast<size_t>(b)];
-      const bool decoder = block.layer >= decoder_start;
-      sh.window_floor = decoder && !window_floors.empty() ? window_floors[static_cast<size_t>(b)] : 0;
-      Status s = block.attention->forward(w.x.data() + b * shape.dim, 1, seq.num_positions(), seq.attention(), sh, ctx,
-                                          w.y.data() + b * shape.dim);
-      if (!s.ok()) return s.with_context(where + " attention, batch row " + std::to_string(b));
+      shared[static_cast<size_t>(b)].window_floor =
+          decoder && !window_floors.empty() ? window_floors[static_cast<size_t>(b)] : 0;
     }
+    Status s = block.attention->forward_decode_batch(w.x.data(), batch, positions.data(), states.data(),
+                                                     shared_rows.data(), ctx, w.y.data());
+    if (!s.ok()) return s.with_context(where);
     ffn_half(weights_, block, streams, w, ctx);
   }
   for (SequenceState* seq : seqs) seq->advance(1);

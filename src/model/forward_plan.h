@@ -63,7 +63,8 @@ class ForwardPlan {
                  const ComputeContext& ctx, const PrefillOptions& options, LogitsRows rows,
                  ChunkLogits* logits) const;
 
-  // One decode step for each of `seqs.size()` sequences: tokens[b] at position seqs[b]->num_positions().
+  // One decode step for each of `seqs.size()` sequences (each prefilled: position > 0): tokens[b] at position
+  // seqs[b]->num_positions(). Every weight is read once for the whole batch (AttentionLayer::forward_decode_batch).
   // window_floors[b]: the window floor of sequence b (its replay start; 0 = none), may be empty (all 0).
   // logits: [batch, vocab].
   Status decode(const std::vector<int32_t>& tokens, const std::vector<SequenceState*>& seqs,
