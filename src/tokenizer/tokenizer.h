@@ -55,6 +55,7 @@ class Tokenizer {
   int32_t id_limit() const { return id_limit_; }
   const std::vector<AddedToken>& added_tokens() const { return added_tokens_; }
   const BpeModel& bpe() const { return bpe_; }
+  const PreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
   const std::string& origin() const { return origin_; }
 
  private:
