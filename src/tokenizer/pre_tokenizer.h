@@ -6,6 +6,11 @@
 // what the shorthand classes mean, so patterns are translated first: \s -> [\t-\r\x{85}\p{Z}] (Oniguruma's
 // Unicode \s; PCRE2's would add U+180E), \w -> [\p{L}\p{M}\p{Nd}\p{Pc}]; \h / \H (hex digit in Oniguruma)
 // and negated shorthands inside a class are refused.
+// Unicode data: Debian bookworm's PCRE2 10.42 knows Unicode 14.0 (as Oniguruma 6.9.8, which the tokenizers
+// wheels vendor through onig_sys 69.8, to our knowledge). Characters assigned later (Unicode 15.0-16.0, ~10k,
+// mostly CJK extensions) can split differently from a Hugging Face built on a newer Oniguruma (Debian unstable's
+// python3-tokenizers: 10,294 code points differ); every code point assigned by Unicode 14 splits identically
+// (tests/tokenizer PreTokenizerAgreesOnEveryCodePoint).
 #pragma once
 
 #include <cstddef>
