@@ -143,8 +143,10 @@ bool OutputParser::parse_invoke(std::string_view invoke, ToolCall& call, std::st
     }
     param.remove_prefix(kParamName.size());
     param.remove_suffix(1);
-    const size_t t = param.find("\" string=\"true\">");
-    const size_t f = param.find("\" string=\"false\">");
+    constexpr std::string_view kStringTrue = "\" string=\"true\">";
+    constexpr std::string_view kStringFalse = "\" string=\"false\">";
+    const size_t t = param.find(kStringTrue);
+    const size_t f = param.find(kStringFalse);
     const bool is_string = t != std::string_view::npos && (f == std::string_view::npos || t < f);
     const size_t sep = is_string ? t : f;
     if (sep == std::string_view::npos) {
@@ -152,7 +154,7 @@ bool OutputParser::parse_invoke(std::string_view invoke, ToolCall& call, std::st
       return false;
     }
     const std::string name(param.substr(0, sep));
-    const std::string_view value = param.substr(sep + (is_string ? 16 : 17));
+    const std::string_view value = param.substr(sep + (is_string ? kStringTrue : kStringFalse).size());
     if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
       problem = "duplicate DSML parameter '" + name + "'";
       return false;
