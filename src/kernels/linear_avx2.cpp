@@ -153,6 +153,18 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   g.act_scales = x.scales;
   g.y = y;
   const int64_t tiles = (out + kTile - 1) / kTile;
+  if (pool && x.rows > 1 && tiles < 4 * pool->num_threads()) {
+    // Few outputs, several rows: split the rows instead (every row range runs all tiles).
+    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) {
+      GemmArgs part = g;
+      part.rows = r1 - r0;
+      part.act += r0 * g.in;
+      part.act_scales += r0 * g.kb;
+      part.y += r0 * g.out;
+      gemm_tiles<kFp4>(part, 0, tiles);
+    });
+    return;
+  }
   auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles<kFp4>(g, begin, end); };
   if (pool) pool->parallel_for(tiles, body);
   else body(0, tiles, 0);
@@ -213,6 +225,13 @@ void bf16_groups(const float* x, int64_t rows, const Bf16Weight& w, float* y, in
 void bf16_gemm_avx2(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool) {
   if (rows <= 0 || w.out <= 0) return;
   const int64_t groups = (w.out + 3) / 4;
+  if (pool && rows > 1 && groups < 16 * pool->num_threads()) {
+    // Few outputs, several rows: split the rows instead.
+    pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
+      bf16_groups(x + r0 * w.in, r1 - r0, w, y + r0 * w.out, 0, groups);
+    });
+    return;
+  }
   auto body = [&](int64_t begin, int64_t end, int) { bf16_groups(x, rows, w, y, begin, end); };
   if (pool) pool->parallel_for(groups, body, 8);
   else body(0, groups, 0);

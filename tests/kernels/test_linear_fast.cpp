@@ -34,7 +34,8 @@ struct Shape {
 // Ragged rows 1..17, outputs off every tile size, odd block counts, and K spanning several scratch chunks.
 const Shape kShapes[] = {{1, 1, 32},    {1, 7, 64},     {2, 15, 96},   {3, 16, 160},  {4, 17, 32},
                          {5, 31, 224},  {6, 33, 1088},  {7, 45, 2112}, {8, 64, 256},  {9, 100, 96},
-                         {12, 8, 3104}, {16, 48, 1280}, {17, 33, 544}, {1, 130, 5120}, {2, 257, 64}};
+                         {12, 8, 3104}, {16, 48, 1280}, {17, 33, 544}, {1, 130, 5120}, {2, 257, 64},
+                         {40, 16, 96},  {33, 5, 64}};  // few outputs, many rows: split over rows
 
 TEST(LinearFast, ThisMachineHasAFastPath) {
   // Not a skip: the dispatcher must at least offer AVX2 on the x86-64-v3 baseline this project builds for.
@@ -89,7 +90,8 @@ TEST(LinearFast, Fp4MatchesReference) {
 TEST(LinearFast, Bf16MatchesReference) {
   ThreadPool pool(2);
   const Shape shapes[] = {{1, 1, 1},   {1, 5, 7},    {2, 9, 15},     {3, 4, 16},   {4, 13, 17},
-                          {5, 3, 100}, {7, 33, 513}, {16, 21, 1280}, {17, 6, 33}, {1, 130, 5120}};
+                          {5, 3, 100}, {7, 33, 513}, {16, 21, 1280}, {17, 6, 33}, {1, 130, 5120},
+                          {40, 300, 64}};
   for (const LinearKernels* k : fast_kernels()) {
     std::mt19937 rng(13);
     for (const Shape& s : shapes)
