@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "formats/formats.h"
 #include "kernels/reduce.h"
+#include "kernels/torch_exp.h"
 
 namespace dsflash {
 namespace {
@@ -36,9 +37,11 @@ float dot_lanes(const float* a, const float* b, int64_t n) {
 }
 
 // One (query, head): the online softmax over the list in blocks of 64. `dot` picks the summation order.
+// exp evaluated as the reference's torch.exp on its [heads, block] (probabilities) and [heads] (correction,
+// sink) tensors: SLEEF on whole vector chunks, std::exp on the tail of the tensor (kernels/torch_exp.h).
 template <float (*Dot)(const float*, const float*, int64_t)>
 void attend_head(const float* q, const float* const* rows, int64_t num_entries, int64_t dim, float scale, float sink,
-                 float* out, float* num, float* mm, float* probs) {
+                 int head, int heads, float* out, float* num, float* mm, float* probs) {
   float maximum = kInitialMax;
   float denominator = 0.0f;
   std::fill(num, num + dim, 0.0f);
@@ -54,8 +57,8 @@ void attend_head(const float* q, const float* const* rows, int64_t num_entries, 
       block_max = std::max(block_max, score);
     }
     const float next_max = std::max(maximum, block_max);
-    const float correction = std::exp(maximum - next_max);
-    for (int64_t j = 0; j < count; ++j) probs[j] = std::exp(probs[j] - next_max);
+    const float correction = torch_exp_element(maximum - next_max, head, heads);
+    for (int64_t j = 0; j < count; ++j) probs[j] = torch_exp_element(probs[j] - next_max, head * count + j, heads * count);
     denominator = denominator * correction + cascade_sum(probs, count);
     // P·V with bf16-rounded probabilities into a fresh accumulator, then num = num * c + P·V.
     std::fill(mm, mm + dim, 0.0f);
@@ -68,7 +71,7 @@ void attend_head(const float* q, const float* const* rows, int64_t num_entries, 
     for (int64_t d = 0; d < dim; ++d) num[d] = num[d] * correction + mm[d];
     maximum = next_max;
   }
-  denominator += std::exp(sink - maximum);
+  denominator += torch_exp_element(sink - maximum, head, heads);
   for (int64_t d = 0; d < dim; ++d) out[d] = round_to_bf16(num[d] / denominator);
 }
 
@@ -81,8 +84,8 @@ void attend_range(const SparseAttentionArgs& a, int64_t begin, int64_t end) {
     const int head = static_cast<int>(item % a.heads);
     const float* q = a.q + (query * a.heads + head) * a.dim;
     float* out = a.out + (query * a.heads + head) * a.dim;
-    attend_head<Dot>(q, a.rows + query * a.num_entries, a.num_entries, a.dim, a.scale, a.sink[head], out, num.data(),
-                     mm.data(), probs);
+    attend_head<Dot>(q, a.rows + query * a.num_entries, a.num_entries, a.dim, a.scale, a.sink[head], head, a.heads, out,
+                     num.data(), mm.data(), probs);
   }
 }
 

@@ -9,7 +9,8 @@
 //   den  = den * c + Σ_j p_j                      (fp32, the reference's cascade order)
 //   num  = num * c + Σ_j bf16(p_j) * row_j       (probabilities rounded to bf16 before P·V)
 //   m    = m'
-// then den += exp(sink_h - m) and out_h = bf16(num / den).
+// then den += exp(sink_h - m) and out_h = bf16(num / den). exp is the reference's torch.exp (SLEEF on whole
+// vector chunks of the [heads, block] / [heads] tensors, std::exp on their tails; kernels/torch_exp.h).
 // The order of the list matters (blocks of 64 and the online max), so callers keep the reference's layout.
 #pragma once
 

@@ -14,6 +14,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/sparse_attention.h"
 #include "kernels/topk.h"
+#include "kernels/torch_exp.h"
 #include "model/attention_state.h"
 
 namespace dsflash {
@@ -306,13 +307,13 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
           fresh ? &score[static_cast<size_t>((pos - start_pos) * d)] : &tail->score[static_cast<size_t>(i * d)];
     }
     for (int64_t c = 0; c < d; ++c) {
-      // softmax over the group per channel (torch CPU, non-last dim): max, exp(s - max), sum from 0, e / sum;
-      // then (kv * w).sum(dim) from 0 in slot order.
+      // softmax over the group per channel (torch CPU, non-last dim, vectorised along the channels: SLEEF exp):
+      // max, exp(s - max), sum from 0, e / sum; then (kv * w).sum(dim) from 0 in slot order.
       float m = slot_score[0][c];
       for (int i = 1; i < ratio_; ++i) m = std::max(m, slot_score[static_cast<size_t>(i)][c]);
       float sum = 0.0f;
       for (int i = 0; i < ratio_; ++i) {
-        e[static_cast<size_t>(i)] = std::exp(slot_score[static_cast<size_t>(i)][c] - m);
+        e[static_cast<size_t>(i)] = sleef_expf_u10(slot_score[static_cast<size_t>(i)][c] - m);
         sum += e[static_cast<size_t>(i)];
       }
       float acc = 0.0f;
