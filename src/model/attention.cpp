@@ -704,9 +704,7 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
   const SparseAttentionKernels& attention = ctx.reference ? reference_sparse_attention() : best_sparse_attention();
   std::vector<const float*> list;
   std::vector<float> compressed_rows;
-  std::vector<int32_t> row_of;  // compressed position -> row in compressed_rows (-1: not loaded)
-  if (topk_width > 0) row_of.assign(static_cast<size_t>(compressed->num_entries()), -1);
-  std::vector<int32_t> loaded;
+  std::vector<int32_t> loaded;  // sorted distinct compressed positions of the tile; row r of compressed_rows
   const float scale = static_cast<float>(std::pow(static_cast<double>(d), -0.5));
   for (int64_t tile = 0; tile < t_n; tile += kQueryTile) {
     const int64_t tile_n = std::min(kQueryTile, t_n - tile);
@@ -714,12 +712,11 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
     for (int64_t t = tile; t < tile + tile_n; ++t) {
       for (int64_t i = 0; i < topk_width; ++i) {
         const int32_t pos = shared.topk[static_cast<size_t>(t * topk_width + i)];
-        if (pos >= 0 && row_of[static_cast<size_t>(pos)] < 0) {
-          row_of[static_cast<size_t>(pos)] = static_cast<int32_t>(loaded.size());
-          loaded.push_back(pos);
-        }
+        if (pos >= 0) loaded.push_back(pos);
       }
     }
+    std::sort(loaded.begin(), loaded.end());
+    loaded.erase(std::unique(loaded.begin(), loaded.end()), loaded.end());
     compressed_rows.resize(loaded.size() * static_cast<size_t>(d));
     for (size_t r = 0; r < loaded.size(); ++r) compressed->read_kv(loaded[r], &compressed_rows[r * static_cast<size_t>(d)]);
     list.assign(static_cast<size_t>(tile_n * entries), nullptr);
@@ -729,8 +726,8 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
       for (int64_t i = 0; i < topk_width; ++i) {
         const int32_t pos = shared.topk[static_cast<size_t>((tile + t) * topk_width + i)];
         if (pos >= 0) {
-          list[static_cast<size_t>(t * entries + window_entries + i)] =
-              &compressed_rows[static_cast<size_t>(row_of[static_cast<size_t>(pos)]) * static_cast<size_t>(d)];
+          const size_t r = static_cast<size_t>(std::lower_bound(loaded.begin(), loaded.end(), pos) - loaded.begin());
+          list[static_cast<size_t>(t * entries + window_entries + i)] = &compressed_rows[r * static_cast<size_t>(d)];
         }
       }
     }
@@ -745,7 +742,6 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
     args.dim = d;
     args.scale = scale;
     attention.attend(args, ctx.pool);
-    for (int32_t pos : loaded) row_of[static_cast<size_t>(pos)] = -1;
   }
 
   // Remove the query rotation from the output, then the grouped wo_a (bf16 einsum) and wo_b (FP8).
