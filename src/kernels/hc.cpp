@@ -7,35 +7,14 @@
 #include "core/thread_pool.h"
 #include "formats/formats.h"
 #include "kernels/reduce.h"
+#include "kernels/torch_exp.h"
 
 namespace dsflash {
 namespace {
 
-// expf as SLEEF's expf_u10 computes it (PyTorch's vectorised exp on AVX2): Cody-Waite reduction by ln 2,
-// degree-6 polynomial with FMAs, scale by 2^q.
-float sleef_expf(float d) {
-  const float q_f = std::nearbyint(d * 1.442695040888963407359924681001892137f);
-  const int q = static_cast<int>(q_f);
-  float s = std::fma(q_f, -0.693145751953125f, d);
-  s = std::fma(q_f, -1.428606765330187045e-06f, s);
-  float u = 0.000198527617612853646278381f;
-  u = std::fma(u, s, 0.00139304355252534151077271f);
-  u = std::fma(u, s, 0.00833336077630519866943359f);
-  u = std::fma(u, s, 0.0416664853692054748535156f);
-  u = std::fma(u, s, 0.166666671633720397949219f);
-  u = std::fma(u, s, 0.5f);
-  u = 1.0f + std::fma(s * s, u, s);
-  // ldexp2: split the exponent in two steps as SLEEF does (q may exceed the normal range by a little)
-  const int q1 = q >> 1;
-  u = u * std::ldexp(1.0f, q1) * std::ldexp(1.0f, q - q1);
-  if (d < -104.0f) u = 0.0f;
-  if (d > 100.0f) u = INFINITY;
-  return u;
-}
-
 // torch.sigmoid: vectorised (SLEEF exp) over whole 16-float chunks of the tensor, scalar std::exp on the tail.
 float sigmoid(float x, bool vector_path) {
-  const float e = vector_path ? sleef_expf(-x) : std::exp(-x);
+  const float e = vector_path ? sleef_expf_u10(-x) : std::exp(-x);
   return 1.0f / (1.0f + e);
 }
 
@@ -59,7 +38,7 @@ void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base
     for (int c = 1; c < hc; ++c) max_value = std::max(max_value, row[c]);
     float sum = 0.0f;
     for (int c = 0; c < hc; ++c) {
-      row[c] = sleef_expf(row[c] - max_value);
+      row[c] = sleef_expf_u10(row[c] - max_value);
       sum += row[c];
     }
     for (int c = 0; c < hc; ++c) row[c] = row[c] / sum + eps;
@@ -106,7 +85,7 @@ void hc_mixes(const float* streams, int64_t num_tokens, const HcSiteWeights& sit
       }
       // The reference applies sigmoid to the whole [tokens, hc] tensor: elements past the last full 16-float
       // chunk take its scalar path.
-      const int64_t vector_end = (num_tokens * hc / 16) * 16;
+      const int64_t vector_end = (num_tokens * hc / kTorchVectorChunk) * kTorchVectorChunk;
       const int scalar_from = static_cast<int>(std::clamp<int64_t>(vector_end - t * hc, 0, hc));
       hc_split_sinkhorn(mixes.data(), site.scale, site.base, shape, pre + t * hc, post + t * hc,
                         comb + t * hc * hc, scalar_from);
