@@ -34,9 +34,9 @@ namespace {
 
 constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
 constexpr int kChunkPairs = 16;   // block pairs per chunk: 16 outputs x 1024 K bf16 = 32 KB of scratch
-constexpr int64_t kPrefetchPairs = 8;
-constexpr int64_t kBf16Span = 512;  // bf16 K elements per prefetch burst (4 rows x 1 KB)
-constexpr int64_t kBf16PrefetchElements = 2048;  // 4 rows x 4 KB ahead  // FP8: 8 pairs x 16 rows x 64 B = 8 KB ahead (FP4 twice the pairs)
+constexpr int64_t kPrefetchPairs = 8;  // FP8: 8 pairs x 16 rows x 64 B = 8 KB ahead (FP4: twice the pairs)
+constexpr int64_t kBf16Span = 512;     // bf16 K elements per inner loop span
+constexpr int64_t kBf16PrefetchElements = 2048;  // bf16: 4 rows x 4 KB ahead in the walk order
 
 // bf16 bits of the e4m3 magnitudes 0..127 split into low and high bytes (vpermt2b looks up 128 entries);
 // the sign bit is ORed into the high byte. bf16 bits of the 16 e2m1 codes for vpermw.
@@ -339,10 +339,11 @@ void fp4_gemm_avx512(const Fp8Activations& x, const Fp4Weight& w, float* y, Thre
 
 // BF16: y[r][o] = Σ_k x[r][k] * w[o][k] in fp32 FMAs, 16 lanes per (row, output), then one horizontal sum.
 // A tile is 4 outputs x RT rows (4*RT accumulators); weights are widened once per tile step.
-// `ahead`: when not null, the next group's first row; row j prefetches ahead + j * k + kk.
+// `next`: when not null, the next group's first row. Row j prefetches kBf16PrefetchElements ahead of kk in
+// its own row, or past the row's end at the same distance into the next group's row j.
 template <int RT>
 DSFLASH_AVX512 void bf16_tile(const float* x, int64_t k, const uint16_t* w, const int64_t* o, int n_out,
-                              int64_t out, float* y, const uint16_t* ahead) {
+                              int64_t out, float* y, const uint16_t* next) {
   const uint16_t* rows[4];
   for (int j = 0; j < 4; ++j) rows[j] = w + o[j] * k;
   // Accumulators stay in registers: no lambda or pointer may capture them (__m512 aliases float).
@@ -356,8 +357,13 @@ DSFLASH_AVX512 void bf16_tile(const float* x, int64_t k, const uint16_t* w, cons
   for (int64_t k0 = 0; k0 < k_full; k0 += kBf16Span) {
     const int64_t k1 = std::min(k_full, k0 + kBf16Span);
     for (int64_t kk = k0; kk < k1; kk += 16) {
-      if (ahead && kk % 32 == 0)
-        for (int j = 0; j < 4; ++j) _mm_prefetch(reinterpret_cast<const char*>(ahead + j * k + kk), _MM_HINT_T1);
+      if (next && kk % 32 == 0) {
+        const int64_t target = kk + kBf16PrefetchElements;  // prefetching never faults, even past the end
+        for (int j = 0; j < 4; ++j) {
+          const uint16_t* a = target < k ? rows[j] + target : next + j * k + (target - k);
+          _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+        }
+      }
       __m512 wv[4];
       for (int j = 0; j < 4; ++j)
         wv[j] = _mm512_castsi512_ps(_mm512_slli_epi32(
@@ -390,10 +396,9 @@ DSFLASH_AVX512 void bf16_groups(const float* x, int64_t rows, const Bf16Weight& 
     int64_t o[4];
     const int n_out = static_cast<int>(std::min<int64_t>(4, w.out - 4 * g));
     for (int j = 0; j < 4; ++j) o[j] = 4 * g + std::min(j, n_out - 1);
-    // Rows of the next group of this range (4 contiguous weight rows), fetched during the first row tile.
-    // The next group of this range (4 contiguous rows), fetched while this one runs: short rows end
-    // before the hardware prefetchers ramp up. Into L2 only: a group can be as large as L1.
-    const uint16_t* ahead = g + 1 < g1 && 4 * (g + 1) + 3 < w.out ? w.data + 4 * (g + 1) * w.in : nullptr;
+    // Short rows end before the hardware prefetchers ramp up, so the walk prefetches ahead of itself, into
+    // the next group of this range at the end of a row; only the first row tile reads from memory.
+    const uint16_t* ahead = g + 1 < g1 ? w.data + 4 * (g + 1) * w.in : nullptr;
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4, ahead = nullptr)
       bf16_tile<4>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out, ahead);
