@@ -604,8 +604,8 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
   // Window rows and each query's window entries (see the header for the layout).
   WindowRing& ring = state.window(layer_);
   const int64_t win = window_;
-  const bool decode_layout = start_pos > 0 && t_n == 1;
-  const int64_t window_entries = decode_layout ? win : std::min(end_pos, win);
+  const bool decode_layout = start_pos > 0 && t_n == 1 && shared.prefill_end == 0;
+  const int64_t window_entries = decode_layout ? win : std::min(std::max(end_pos, shared.prefill_end), win);
   const int64_t floor = shared.window_floor;
   std::vector<float> window_rows;                 // dequantised rows
   std::vector<const float*> window_list(static_cast<size_t>(t_n * window_entries), nullptr);

@@ -52,9 +52,10 @@ class AttentionLayer {
   //
   // `shared` must have been reset for this call (same start_pos and num_tokens). Window layout (it decides the
   // 64-entry blocks of the attention kernel, so it follows model.py exactly):
-  //   start_pos == 0 or num_tokens > 1: query s lists positions (s - W + 1).clamp(0) + [0, min(end_pos, W)),
-  //     entries > s are -1 (model.py prefill; a later chunk gives what one prefill gives for s >= W - 1);
-  //   start_pos > 0 and one token: the ring oldest slot first (model.py decode).
+  //   decode step (start_pos > 0, one token, shared.prefill_end 0): the ring, oldest slot first (model.py decode);
+  //   prefill or a chunk of one: query s lists positions (s - W + 1).clamp(0) + [0, min(E, W)), entries > s
+  //     are -1, E = max(end_pos, shared.prefill_end) (model.py prefill). A chunk gives what one prefill gives:
+  //     for every row when prefill_end is the prompt's end, else for rows s >= W - 1.
   // Rows below shared.window_floor, or not held by the ring, are -1.
   Status forward(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state, Csa2Shared& shared,
                  const ComputeContext& ctx, float* out, AttentionTrace* trace = nullptr);

@@ -171,6 +171,13 @@ class Csa2Shared {
   // changed between layers of one call (e.g. the CED decoder truncated at the replay start, the encoder not).
   int64_t window_floor = 0;
 
+  // End position of the whole prompt when this call is one chunk of a longer prefill (0: this call's end).
+  // model.py's one-shot prefill lists min(prompt length, window) window entries per query; a chunk that knows
+  // the prompt's end lists the same, so chunked prefill equals one prefill bit for bit even for chunks that end
+  // before the window is full. A one-token call with prefill_end set is a prefill chunk too (prefill layout);
+  // without it, a one-token call after position 0 is a decode step (model.py's ring layout).
+  int64_t prefill_end = 0;
+
   // Published by the most recent index source (-1: none yet in this call): [num_tokens, topk_width]
   // compressed positions ascending, -1 = none (model.py topk_idxs without the window offset).
   int topk_layer = -1;

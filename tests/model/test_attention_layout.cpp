@@ -136,7 +136,7 @@ class AttentionLayout : public ::testing::Test {
 
   // Runs all layers over rows [0, kTokens) in the given chunks; returns each layer's outputs.
   std::vector<std::vector<float>> run(const std::vector<int64_t>& chunks, int64_t window_floor = 0,
-                                      AttentionState* state_out = nullptr) {
+                                      AttentionState* state_out = nullptr, int64_t prefill_end = 0) {
     auto state = AttentionState::create(config_);
     EXPECT_TRUE(state.ok());
     std::vector<std::vector<float>> outs(inputs_.size(), std::vector<float>(inputs_[0].size()));
@@ -144,6 +144,7 @@ class AttentionLayout : public ::testing::Test {
     int64_t start = 0;
     for (int64_t n : chunks) {
       shared.reset(start, n, window_floor);
+      shared.prefill_end = prefill_end;
       for (size_t layer = 0; layer < layers_.size(); ++layer) {
         const Status s = layers_[layer]->forward(&inputs_[layer][static_cast<size_t>(start * config_.dim)], n, start,
                                                  *state, shared, ctx_, &outs[layer][static_cast<size_t>(start * config_.dim)]);
@@ -189,6 +190,13 @@ TEST_F(AttentionLayout, ChunkedPrefillEqualsOnePrefill) {
   // Rows from the window on do not depend on the chunking at all.
   const auto early = run({30, 170});
   EXPECT_EQ(differing_rows(whole, early, config_.window_size - 1, kTokens), 0);
+  EXPECT_GT(differing_rows(whole, early, 0, 30), 0) << "a 30-row first chunk lists 30 window entries, not 96";
+  // Told the prompt's end, a short first chunk lists what one prefill lists: every row equal.
+  EXPECT_EQ(differing_rows(whole, run({30, 170}, 0, nullptr, kTokens), 0, kTokens), 0);
+  EXPECT_EQ(differing_rows(whole, run({5, 7, 60, 128}, 0, nullptr, kTokens), 0, kTokens), 0);
+  std::vector<int64_t> ones{10};
+  for (int64_t i = 10; i < kTokens; ++i) ones.push_back(1);
+  EXPECT_EQ(differing_rows(whole, run(ones, 0, nullptr, kTokens), 0, kTokens), 0);
 }
 
 TEST_F(AttentionLayout, SingleTokenStepsEqualOnePrefillFromTheWindowOn) {
