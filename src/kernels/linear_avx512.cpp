@@ -60,33 +60,6 @@ const Avx512Tables& avx512_tables() {
   return tables;
 }
 
-// Activation codes [rows, k] -> bf16 in the weights' lane order, [rows, npairs, 64] words (A0 = first 32,
-// A1 = last 32 of each pair); a missing last block (odd block count) is zero.
-// FP8 order (vpunpck{l,h}bw of a 64-byte load): code i of a pair -> A0[8*(i/16) + i%16] when i%16 < 8,
-// else A1[8*(i/16) + i%16 - 8].
-// FP4 order (byte j of the packed weights holds k = 2j and 2j+1): even k -> A0[k/2], odd k -> A1[k/2].
-std::vector<uint16_t> prepare_activations(const Fp8Activations& x, int64_t npairs, bool fp4_order) {
-  const LinearDecodeTables& t = linear_decode_tables();
-  std::vector<uint16_t> out(static_cast<size_t>(x.rows * npairs * 64), 0);
-  for (int64_t r = 0; r < x.rows; ++r) {
-    const uint8_t* codes = x.codes + r * x.k;
-    uint16_t* dst_row = out.data() + r * npairs * 64;
-    for (int64_t kk = 0; kk < x.k; ++kk) {
-      int64_t p = kk / 64;
-      int i = static_cast<int>(kk % 64);
-      int pos;
-      if (!fp4_order) {
-        int lane = i / 16, within = i % 16;
-        pos = within < 8 ? 8 * lane + within : 32 + 8 * lane + within - 8;
-      } else {
-        pos = i % 2 == 0 ? i / 2 : 32 + i / 2;
-      }
-      dst_row[p * 64 + pos] = t.e4m3_bf16[codes[kk]];
-    }
-  }
-  return out;
-}
-
 struct GemmArgs {
   const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
   const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
@@ -113,6 +86,47 @@ DSFLASH_AVX512 inline void fp4_to_bf16(__m256i packed, __m512i table, __m512i* w
   const __m512i bytes = _mm512_cvtepu8_epi16(packed);
   *w0 = _mm512_permutexvar_epi16(bytes, table);
   *w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
+}
+
+// Activation codes [rows, k] -> bf16 in the weights' lane order, [rows, npairs, 64] words (A0 = first 32,
+// A1 = last 32 of each pair); a missing last block (odd block count) is zero.
+// FP8 order (vpunpck{l,h}bw of a 64-byte load): code i of a pair -> A0[8*(i/16) + i%16] when i%16 < 8,
+// else A1[8*(i/16) + i%16 - 8].
+// FP4 order (byte j of the packed weights holds k = 2j and 2j+1): even k -> A0[k/2], odd k -> A1[k/2].
+// This converts rows [r0, r1): the FP8 order is what fp8_to_bf16 makes of the codes; the FP4 order takes
+// the even / odd k of the same lookups (vpermt2b pairs each code's low and high bf16 byte).
+DSFLASH_AVX512 void prepare_activation_rows(const Fp8Activations& x, int64_t npairs, bool fp4_order, uint16_t* out,
+                                            int64_t r0, int64_t r1) {
+  const Avx512Tables& at = avx512_tables();
+  const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
+  const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
+  alignas(64) uint8_t even_idx[64], odd_idx[64];
+  for (int b = 0; b < 64; ++b) {
+    even_idx[b] = static_cast<uint8_t>(b % 2 == 0 ? b : 64 + b - 1);  // (lo, hi) of code 2j
+    odd_idx[b] = static_cast<uint8_t>(b % 2 == 0 ? b + 1 : 64 + b);   // (lo, hi) of code 2j+1
+  }
+  const __m512i even = _mm512_load_si512(even_idx), odd = _mm512_load_si512(odd_idx);
+  const int64_t kb = x.k / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* codes = x.codes + r * x.k;
+    uint16_t* dst = out + r * npairs * 64;
+    for (int64_t p = 0; p < npairs; ++p) {
+      const __m512i c = 2 * p + 1 < kb ? _mm512_loadu_si512(codes + p * 64)
+                                       : _mm512_maskz_loadu_epi8(0xffffffffull, codes + p * 64);  // lone block
+      __m512i a0, a1;
+      if (!fp4_order) {
+        fp8_to_bf16(c, lo0, lo1, hi0, hi1, &a0, &a1);
+      } else {
+        const __m512i lo = _mm512_permutex2var_epi8(lo0, c, lo1);
+        __m512i hi = _mm512_permutex2var_epi8(hi0, c, hi1);
+        hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
+        a0 = _mm512_permutex2var_epi8(lo, even, hi);
+        a1 = _mm512_permutex2var_epi8(lo, odd, hi);
+      }
+      _mm512_storeu_si512(dst + p * 64, a0);
+      _mm512_storeu_si512(dst + p * 64 + 32, a1);
+    }
+  }
 }
 
 // dot(i) for the 16 outputs i of a tile gives vectors whose lanes 0-7 sum to block b's partial and lanes
@@ -307,7 +321,13 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   g.kb = in / 32;
   g.npairs = (g.kb + 1) / 2;
   g.rows = x.rows;
-  std::vector<uint16_t> act = prepare_activations(x, g.npairs, kFp4);
+  std::vector<uint16_t> act(static_cast<size_t>(x.rows * g.npairs * 64));
+  if (pool && x.rows > 1)
+    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) {
+      prepare_activation_rows(x, g.npairs, kFp4, act.data(), r0, r1);
+    });
+  else
+    prepare_activation_rows(x, g.npairs, kFp4, act.data(), 0, x.rows);
   g.act = act.data();
   g.act_scales = x.scales;
   g.y = y;
