@@ -1,5 +1,7 @@
 #include "model/model_weights.h"
 
+#include <algorithm>
+
 #include "formats/formats.h"
 #include "model/weight_binding.h"
 #include "tokenizer/engram_token_map.h"
@@ -22,12 +24,27 @@ Result<std::vector<float>> bind_small_f32(const Checkpoint& checkpoint, const st
   return out;
 }
 
-// Attention tensors read per decode step (all of layers.L.attn.*).
-int64_t attention_bytes(const Checkpoint& checkpoint, int layer) {
-  const std::string prefix = "layers." + std::to_string(layer) + ".attn.";
+// Attention and Engram tensors read per decode step: all of layers.L.attn.* (wo_a as the bf16 copy the
+// attention binds, 2 bytes per element instead of the stored e4m3 + scales), and of layers.L.engram.* the wkv
+// projection, the gate weights and one table row per hash column (not the whole table).
+int64_t attention_and_engram_bytes(const Checkpoint& checkpoint, int layer, int64_t engram_row_bytes) {
+  const std::string attn = "layers." + std::to_string(layer) + ".attn.";
+  const std::string engram = "layers." + std::to_string(layer) + ".engram.";
   int64_t bytes = 0;
   for (const TensorView* t : checkpoint.all_tensors()) {
-    if (t->name.compare(0, prefix.size(), prefix) == 0) bytes += static_cast<int64_t>(t->num_bytes);
+    if (t->name.compare(0, attn.size(), attn) == 0) {
+      if (t->name == attn + "wo_a.weight" && t->dtype == DType::kF8_E4M3) {
+        bytes += 2 * t->num_elements();
+      } else if (t->name != attn + "wo_a.scale") {
+        bytes += static_cast<int64_t>(t->num_bytes);
+      }
+    } else if (t->name.compare(0, engram.size(), engram) == 0) {
+      if (t->name == engram + "embed.weight") {
+        bytes += engram_row_bytes;
+      } else if (t->name != engram + "embed.scale") {
+        bytes += static_cast<int64_t>(t->num_bytes);
+      }
+    }
   }
   return bytes;
 }
@@ -96,7 +113,10 @@ Result<std::unique_ptr<ModelWeights>> ModelWeights::bind(const Checkpoint& check
     b.attention = std::move(*attention);
     auto moe = MoeLayer::bind(checkpoint, p + "ffn", layer);
     if (!moe.ok()) return moe.status();
-    bytes += moe->weight_bytes_per_token() + attention_bytes(checkpoint, layer);
+    // Engram: (max_ngram-1) * n_heads rows of head_dim e4m3 + head_dim/32 scales per token.
+    const int64_t engram_rows = static_cast<int64_t>(std::max(config.engram_max_ngram_size - 1, 0)) * config.engram_n_heads;
+    const int64_t engram_row_bytes = engram_rows * (config.engram_head_dim + config.engram_head_dim / 32);
+    bytes += moe->weight_bytes_per_token() + attention_and_engram_bytes(checkpoint, layer, engram_row_bytes);
     b.moe.emplace(std::move(*moe));
     if (config.roles.at(static_cast<size_t>(layer)).engram) {
       if (!w.hasher_) return Status::Error("layer " + std::to_string(layer) + " has Engram but no hasher");

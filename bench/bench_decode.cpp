@@ -1,0 +1,142 @@
+// Decode speed of the whole model against the machine's memory bandwidth, measured side by side in one run
+// (DESIGN.md "Speed": decode is bound by reading the weights). Prints, from the median of the repetitions:
+//   decode_tok_s       single-sequence decode steps per second (fast kernels, all threads)
+//   weight_MB_step     bytes of weights one decode step reads (ModelWeights::decode_weight_bytes)
+//   achieved_GBps      weight bytes / step time
+//   read_GBps / triad_GBps  a plain multithreaded read (sum) and a STREAM triad a = b + s*c over 1 GiB,
+//                      timed between the decode steps
+//   vs_read            achieved_GBps / read_GBps
+// Needs a checkpoint, e.g. `dsflash make-tiny --preset wide -o /tmp/wide`, then
+//   bench_decode --model=/tmp/wide [--steps=16] [--threads=0] [--context=32]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/model_runner.h"
+
+namespace dsflash {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Sum of a buffer, split over the pool: GB/s of reading it.
+double read_gbps(const std::vector<float>& buffer, ThreadPool& pool) {
+  std::vector<double> partial(static_cast<size_t>(pool.num_threads()) * 8, 0.0);
+  const auto start = Clock::now();
+  pool.parallel_for(
+      static_cast<int64_t>(buffer.size()),
+      [&](int64_t begin, int64_t end, int thread) {
+        float acc[16] = {};
+        for (int64_t i = begin; i + 16 <= end; i += 16)
+          for (int l = 0; l < 16; ++l) acc[l] += buffer[static_cast<size_t>(i + l)];
+        float sum = 0;
+        for (float a : acc) sum += a;
+        partial[static_cast<size_t>(thread) * 8] += sum;
+      },
+      4096);
+  const double t = seconds_since(start);
+  if (partial[0] == 12345.678) std::printf(" ");  // keep the sum alive
+  return static_cast<double>(buffer.size() * sizeof(float)) / t / 1e9;
+}
+
+// STREAM triad a = b + s * c: 3 arrays touched per element (2 read, 1 written).
+double triad_gbps(std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c, ThreadPool& pool) {
+  const auto start = Clock::now();
+  pool.parallel_for(
+      static_cast<int64_t>(a.size()),
+      [&](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) {
+          a[static_cast<size_t>(i)] = b[static_cast<size_t>(i)] + 3.0f * c[static_cast<size_t>(i)];
+        }
+      },
+      4096);
+  const double t = seconds_since(start);
+  return static_cast<double>(3 * a.size() * sizeof(float)) / t / 1e9;
+}
+
+std::string flag_value(int argc, char** argv, const std::string& name, const std::string& fallback) {
+  const std::string prefix = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
+  }
+  return fallback;
+}
+
+int run(int argc, char** argv) {
+  const std::string model = flag_value(argc, argv, "model", "");
+  const int steps = std::atoi(flag_value(argc, argv, "steps", "16").c_str());
+  const int threads = std::atoi(flag_value(argc, argv, "threads", "0").c_str());
+  const int context = std::atoi(flag_value(argc, argv, "context", "32").c_str());
+  if (model.empty() || steps <= 0 || context <= 0) {
+    std::fprintf(stderr,
+                 "usage: bench_decode --model=DIR [--steps=16] [--threads=0] [--context=32]\n"
+                 "  (make a model with: dsflash make-tiny --preset wide -o DIR)\n");
+    return 2;
+  }
+  RunnerOptions options;
+  options.num_threads = threads;
+  auto runner = ModelRunner::open(model, options);
+  if (!runner.ok()) {
+    std::fprintf(stderr, "bench_decode: %s\n", runner.status().message().c_str());
+    return 1;
+  }
+  const ModelRunner& r = **runner;
+  ThreadPool pool(threads);
+  const size_t floats = (size_t{1} << 30) / sizeof(float);  // 1 GiB per array
+  std::vector<float> a(floats, 1.0f), b(floats, 2.0f), c(floats, 0.5f);
+
+  auto seq = r.new_sequence();
+  if (!seq.ok()) return 1;
+  std::vector<int32_t> prompt(static_cast<size_t>(context));
+  for (int i = 0; i < context; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 3) % static_cast<int>(r.config().vocab_size);
+  std::vector<float> logits;
+  Status s = r.forward(prompt, *seq, LogitsRows::kLast, &logits);
+  if (!s.ok()) {
+    std::fprintf(stderr, "bench_decode: %s\n", s.message().c_str());
+    return 1;
+  }
+  // Warm-up step (first touch of every mapped weight page).
+  int32_t next = argmax(logits.data(), r.config().vocab_size);
+  s = r.forward({next}, *seq, LogitsRows::kLast, &logits);
+  std::vector<double> step_s, read, triad;
+  for (int i = 0; i < steps && s.ok(); ++i) {
+    read.push_back(read_gbps(b, pool));
+    triad.push_back(triad_gbps(a, b, c, pool));
+    next = argmax(logits.data(), r.config().vocab_size);
+    const auto start = Clock::now();
+    s = r.forward({next}, *seq, LogitsRows::kLast, &logits);
+    step_s.push_back(seconds_since(start));
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "bench_decode: %s\n", s.message().c_str());
+    return 1;
+  }
+  const double step = median(step_s);
+  const double bytes = static_cast<double>(r.weights().decode_weight_bytes());
+  const double achieved = bytes / step / 1e9;
+  const double read_bw = median(read);
+  std::printf("model %s: %d layers, dim %lld, kernels %s, %d threads, context %d, %d steps (medians)\n",
+              model.c_str(), r.config().n_layers, static_cast<long long>(r.config().dim), r.context().linear->name,
+              pool.num_threads(), context, steps);
+  std::printf("decode_tok_s %.3f  step_ms %.1f  weight_MB_step %.1f  achieved_GBps %.2f  read_GBps %.2f  "
+              "triad_GBps %.2f  vs_read %.3f\n",
+              1.0 / step, step * 1e3, bytes / 1e6, achieved, read_bw, median(triad), achieved / read_bw);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dsflash
+
+int main(int argc, char** argv) { return dsflash::run(argc, argv); }
