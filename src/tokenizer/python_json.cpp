@@ -33,7 +33,9 @@ std::string python_float_repr(double value) {
     } else if (exp10 >= 0) {
       out = digits.substr(0, static_cast<size_t>(exp10 + 1)) + "." + digits.substr(static_cast<size_t>(exp10 + 1));
     } else {
-      out = "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
+      out = "0.";
+      out.append(static_cast<size_t>(-exp10 - 1), '0');  // (appends: GCC 12 warns falsely on operator+ here)
+      out += digits;
     }
   } else {
     out = digits.substr(0, 1);
