@@ -3,7 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
-#include <cstdio>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 
@@ -32,21 +32,21 @@ int run_make_tiny(MakeTinyOptions o) {
   }
   const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const ModelConfig& c = summary->config;
-  std::printf("wrote %s: preset %s, seed %llu\n", o.write.out_dir.c_str(), o.write.preset.c_str(),
-              static_cast<unsigned long long>(o.write.seed));
-  std::printf("  %d layers + %d DSpark, dim %lld, %d heads x %lld, vocab %lld, %d experts top-%d\n", c.n_layers,
-              c.dspark_stages(), static_cast<long long>(c.dim), c.n_heads, static_cast<long long>(c.head_dim),
-              static_cast<long long>(c.vocab_size), c.n_routed_experts, c.n_activated_experts);
-  std::printf("  %lld tensors, %.1f MB in %d shard(s), global KV %.0f bytes/token, %.2f s\n",
-              static_cast<long long>(summary->num_tensors), static_cast<double>(summary->payload_bytes) / 1e6,
-              summary->num_shards, summary->kv_bytes_per_token, write_s);
+  std::cout << "wrote " << o.write.out_dir << ": preset " << o.write.preset << ", seed " << o.write.seed << "\n";
+  std::cout << "  " << c.n_layers << " layers + " << c.dspark_stages() << " DSpark, dim " << c.dim << ", " << c.n_heads
+            << " heads x " << c.head_dim << ", vocab " << c.vocab_size << ", " << c.n_routed_experts << " experts top-"
+            << c.n_activated_experts << "\n";
+  std::cout << "  " << summary->num_tensors << " tensors, " << std::fixed << std::setprecision(1)
+            << static_cast<double>(summary->payload_bytes) / 1e6 << " MB in " << summary->num_shards
+            << " shard(s), global KV " << std::setprecision(0) << summary->kv_bytes_per_token << " bytes/token, "
+            << std::setprecision(2) << write_s << " s\n";
   if (!o.skip_verify) {
     auto ckpt = Checkpoint::open(o.write.out_dir);
     if (!ckpt.ok()) {
       std::cerr << "dsflash make-tiny: the written checkpoint does not load: " << ckpt.status().message() << "\n";
       return 1;
     }
-    std::printf("  verified: Checkpoint::open validates %zu tensors\n", ckpt->all_tensors().size());
+    std::cout << "  verified: Checkpoint::open validates " << ckpt->all_tensors().size() << " tensors\n";
   }
   return 0;
 }
