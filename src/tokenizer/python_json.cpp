@@ -34,12 +34,15 @@ std::string python_float_repr(double value) {
       out = digits.substr(0, static_cast<size_t>(exp10 + 1)) + "." + digits.substr(static_cast<size_t>(exp10 + 1));
     } else {
       out = "0.";
-      out.append(static_cast<size_t>(-exp10 - 1), '0');  // (appends: GCC 12 warns falsely on operator+ here)
+      out.append(static_cast<size_t>(-exp10 - 1), '0');  // (appends: GCC 12 -Wrestrict misfires on "." + string)
       out += digits;
     }
   } else {
     out = digits.substr(0, 1);
-    if (n > 1) out += "." + digits.substr(1);
+    if (n > 1) {
+      out += '.';
+      out.append(digits, 1, std::string::npos);
+    }
     char exp_buf[16];
     std::snprintf(exp_buf, sizeof(exp_buf), "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
     out += exp_buf;
