@@ -7,7 +7,9 @@
 //     out starts at 0.0f and is fp32; it is cast to the default dtype (bf16) by the caller.
 //   fp4_gemm: the same with e2m1 weights (low nibble = even k) and one ue8m0 scale per (row o, 32 K).
 //   So the scale order is (partial * sa) * sw, and we keep exactly that. (Both scales are powers of two, so
-//   the two products are exact and the order matters only where partial*sa would leave the normal range.)
+//   the two products are exact and the order matters only where partial*sa would leave the normal range.
+//   For the same reason a compiler contracting `acc + scaled` into an FMA changes nothing unless the scaled
+//   partial is subnormal, which real scales (activation >= 2^-22, partial >= 2^-18) never produce.)
 //
 // In-block order: every product a*w of an e4m3 activation with an e4m3 (or e2m1) weight is exact in fp32
 // (4x4 or 4x2 significant bits); the 32-term sum is exact too whenever the block's products span less than
