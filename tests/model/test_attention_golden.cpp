@@ -348,7 +348,10 @@ void check_prefill(const std::string& model, bool reference, const std::vector<i
   const int64_t prompt = g->file.find("prompt_ids")->num_elements();
   compare_caches(*g, "cache_after_prefill", *state, report, prompt, chunks.size() > 1);
   std::string title = model + " rand prefill " + (reference ? "reference" : "best") + " chunks";
-  for (size_t i = 0; i < chunks.size() && i < 4; ++i) title += " " + std::to_string(chunks[i]);
+  for (size_t i = 0; i < chunks.size() && i < 4; ++i) {
+    title += ' ';  // (not `" " + to_string`: GCC 12 warns falsely about that concatenation)
+    title += std::to_string(chunks[i]);
+  }
   if (chunks.size() > 4) title += " ...";
   expect_report(report, title, reference);
 }
