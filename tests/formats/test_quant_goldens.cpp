@@ -12,11 +12,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "formats/formats.h"
 #include "formats/quant.h"
+#include "io/model_config.h"
+#include "model/rope.h"
 
 namespace dsflash {
 namespace {
@@ -132,6 +135,52 @@ TEST_F(GoldenCaches, OtherFormatsWouldChangeThem) {
     }
   }
   EXPECT_GT(changed, 0);
+}
+
+// A stronger real-data check of the FP4 e4m3-block-16 quantiser (scale rounding, true division, e2m1 ties): the
+// goldens record the compressor's latents before RoPE and FP4 (prefill + decode) and the compressed KV cache
+// after both. RoPE (src/model/rope.h) at position j * ratio, then our fake quantiser, must give every cache row
+// bit for bit.
+TEST_F(GoldenCaches, CompressKvIsTheRopedLatentThroughOurFp4Quantiser) {
+  int64_t rows_checked = 0, mismatches = 0;
+  const fs::path root = fs::path(DSFLASH_SHARED_DIR) / "goldens";
+  for (const char* name : {"tiny-a", "tiny-b", "tiny-c"}) {
+    const fs::path outputs = root / name / "outputs" / "rand.safetensors";
+    if (!fs::exists(outputs)) continue;
+    auto config = ModelConfig::load((root / name / "checkpoint").string());
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    std::map<std::string, Bf16Tensor> latents, caches;
+    for (auto& t : read_bf16_tensors(outputs, ".compressor_latent")) latents[t.name] = std::move(t);
+    for (auto& t : read_bf16_tensors(outputs, ".compress_kv")) caches[t.name] = std::move(t);
+    for (int layer : config->kv_source_layers) {
+      const std::string l = "layers." + std::to_string(layer);
+      const auto prefill = latents.find("prefill." + l + ".compressor_latent");
+      const auto decode = latents.find("decode." + l + ".compressor_latent");
+      const auto cache = caches.find("cache_final." + l + ".compress_kv");
+      ASSERT_TRUE(prefill != latents.end() && decode != latents.end() && cache != caches.end()) << name << " " << l;
+      std::vector<float> all = prefill->second.values;
+      all.insert(all.end(), decode->second.values.begin(), decode->second.values.end());
+      const int64_t width = config->head_dim;
+      const int64_t rows = static_cast<int64_t>(all.size()) / width;
+      ASSERT_EQ(static_cast<int64_t>(cache->second.values.size()), rows * width) << name << " " << l;
+      const Rope rope = Rope::for_layer(config.value(), layer);
+      const int ratio = config->compress_ratio(layer);
+      for (int64_t j = 0; j < rows; ++j) {
+        std::vector<float> row(all.begin() + j * width, all.begin() + (j + 1) * width);
+        rope.rotate(row.data() + width - config->rope_head_dim, j * ratio);
+        fake_quant_fp4_e4m3_block16(row.data(), width);
+        for (int64_t i = 0; i < width; ++i) {
+          const float expected = cache->second.values[static_cast<size_t>(j * width + i)];
+          if (std::memcmp(&row[i], &expected, 4) != 0 && ++mismatches <= 5) {
+            ADD_FAILURE() << name << " " << l << " row " << j << " col " << i << ": " << row[i] << " vs " << expected;
+          }
+        }
+        ++rows_checked;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_GT(rows_checked, 300);
 }
 
 }  // namespace
