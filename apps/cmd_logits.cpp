@@ -70,7 +70,9 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--tokens-file", options->tokens_file, "file with prompt token ids (comma/space separated)");
   cmd->add_option("-n,--steps", options->steps, "decode steps after the prompt")->check(CLI::NonNegativeNumber);
   cmd->add_option("--out", options->out, "output file: little-endian float32 [rows, vocab]")->required();
-  cmd->add_flag("--exact", options->exact, "official full forward; a row for every prompt position");
+  cmd->add_flag("--exact", options->exact,
+                "official full forward with a row for every prompt position (default: CED prefill with Decoder "
+                "SWA Bounded Replay, the last prompt row)");
   cmd->add_option("--follow", options->follow, "ids fed at the decode steps instead of the greedy choice");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels (the oracle), single-threaded");
   cmd->add_option("--threads", options->threads, "worker threads of the fast path (0 = all)");
@@ -107,6 +109,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     line["prompt_tokens"] = prompt->size();
     line["decode_steps"] = options->steps;
     line["kernels"] = options->reference ? "reference" : (*runner)->context().linear->name;
+    line["plan"] = options->exact ? "exact" : "bounded-replay";
     line["out"] = options->out;
     std::cout << line.dump() << std::endl;
     *exit_code = 0;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/forward_plan.h"
+
 namespace dsflash {
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkpoint_dir,
@@ -33,7 +35,7 @@ int32_t argmax(const float* values, int64_t n) {
 }
 
 Result<GreedyRun> run_greedy(const ModelRunner& runner, const std::vector<int32_t>& prompt, int64_t decode_steps,
-                             const std::vector<int32_t>& follow, bool all_prompt_rows) {
+                             const std::vector<int32_t>& follow, bool exact) {
   if (prompt.empty()) return Status::Error("the prompt is empty: give at least one token id");
   if (decode_steps < 0) return Status::Error("decode steps must be >= 0");
   if (!follow.empty() && static_cast<int64_t>(follow.size()) < decode_steps) {
@@ -57,17 +59,28 @@ Result<GreedyRun> run_greedy(const ModelRunner& runner, const std::vector<int32_
   if (!seq.ok()) return seq.status();
   GreedyRun run;
   std::vector<float> rows;
-  Status s = runner.forward(prompt, *seq, all_prompt_rows ? LogitsRows::kAll : LogitsRows::kLast, &rows);
-  if (!s.ok()) return s;
-  const int64_t prompt_rows = static_cast<int64_t>(rows.size()) / vocab;
-  for (int64_t r = 0; r < prompt_rows; ++r) {
-    run.positions.push_back(static_cast<int64_t>(prompt.size()) - prompt_rows + r);
+  const ForwardPlan plan(runner.weights());
+  const PrefillOptions plan_options;  // bounded replay, tail = the window
+  const int64_t floor = exact ? 0 : replay_start(runner.config(), plan_options, static_cast<int64_t>(prompt.size()));
+  if (exact) {
+    Status s = runner.forward(prompt, *seq, LogitsRows::kAll, &rows);
+    if (!s.ok()) return s;
+    for (size_t r = 0; r < prompt.size(); ++r) run.positions.push_back(static_cast<int64_t>(r));
+    run.logits = std::move(rows);
+  } else {
+    ChunkLogits chunk;
+    Status s = plan.prefill(prompt.data(), static_cast<int64_t>(prompt.size()), static_cast<int64_t>(prompt.size()),
+                            *seq, runner.context(), plan_options, LogitsRows::kLast, &chunk);
+    if (!s.ok()) return s;
+    run.positions = chunk.positions;
+    run.logits = std::move(chunk.logits);
   }
-  run.logits = std::move(rows);
-  run.generated.push_back(argmax(run.logits.data() + (prompt_rows - 1) * vocab, vocab));
+  if (run.positions.empty()) return Status::Error("the prefill produced no logits row");
+  run.generated.push_back(argmax(run.logits.data() + (static_cast<int64_t>(run.positions.size()) - 1) * vocab, vocab));
   for (int64_t step = 0; step < decode_steps; ++step) {
     const int32_t input = follow.empty() ? run.generated.back() : follow[static_cast<size_t>(step)];
-    s = runner.forward({input}, *seq, LogitsRows::kLast, &rows);
+    Status s = exact ? runner.forward({input}, *seq, LogitsRows::kLast, &rows)
+                     : plan.decode({input}, {&*seq}, {floor}, runner.context(), &rows);
     if (!s.ok()) return s.with_context("decode step " + std::to_string(step));
     run.positions.push_back(static_cast<int64_t>(prompt.size()) + step);
     run.generated.push_back(argmax(rows.data(), vocab));

@@ -52,16 +52,17 @@ class ModelRunner {
 int32_t argmax(const float* values, int64_t n);
 
 // Greedy run of the `dsflash logits` contract: prefill on `prompt`, then `decode_steps` single-token steps whose
-// inputs are `follow[i]` when given (teacher forcing) or the previous greedy id. rows_out receives logits rows
-// [rows, vocab] (all prompt positions when all_prompt_rows, else the last one, then one per decode step),
-// positions_out their absolute positions, generated_out the greedy id after every row that ends the prompt or a
-// decode step (decode_steps + 1 ids).
+// inputs are `follow[i]` when given (teacher forcing) or the previous greedy id. logits: rows [rows, vocab]
+// (exact: every prompt position, else the last one; then one per decode step), positions: their absolute
+// positions, generated: the greedy id after the prompt and after every decode step (decode_steps + 1 ids).
+// exact = the official full forward (Transformer); otherwise the default plan, CED prefill with Decoder SWA
+// Bounded Replay (model/forward_plan.h), and decode steps with the decoder window floored at the replay start.
 struct GreedyRun {
   std::vector<float> logits;
   std::vector<int64_t> positions;
   std::vector<int32_t> generated;
 };
 Result<GreedyRun> run_greedy(const ModelRunner& runner, const std::vector<int32_t>& prompt, int64_t decode_steps,
-                             const std::vector<int32_t>& follow, bool all_prompt_rows);
+                             const std::vector<int32_t>& follow, bool exact);
 
 }  // namespace dsflash

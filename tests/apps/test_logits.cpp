@@ -117,6 +117,35 @@ TEST_F(LogitsCli, WithoutExactWritesLastPromptRowAndDecodeRows) {
   std::filesystem::remove(out);
 }
 
+// Without --exact the default plan runs (CED prefill with Decoder SWA Bounded Replay). A prompt that fits in the
+// window has nothing to replay, so it must give exactly the rows of the full forward.
+TEST_F(LogitsCli, DefaultPlanEqualsExactWhenThePromptFitsTheWindow) {
+  const std::string exact_out = temp_path("plan_exact.bin"), plan_out = temp_path("plan_default.bin");
+  CliRun exact = run_cli({"logits", "-m", model_, "--tokens", "0,5,9,200", "-n", "5", "--out", exact_out, "--exact",
+                          "--reference"});
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  CliRun plan = run_cli({"logits", "-m", model_, "--tokens", "0,5,9,200", "-n", "5", "--out", plan_out, "--reference"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_EQ(nlohmann::json::parse(exact.out)["generated"], nlohmann::json::parse(plan.out)["generated"]);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const auto a = read(exact_out), b = read(plan_out);
+  const size_t row = 2048 * 4;
+  ASSERT_EQ(a.size(), 9 * row);
+  ASSERT_EQ(b.size(), 6 * row);
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin() + 3 * row));  // rows of positions 3..8
+  // A prompt longer than the window (tiny-a: 8) replays only its tail through the decoder: it still runs.
+  std::string ids;
+  for (int i = 0; i < 30; ++i) ids += (i ? "," : "") + std::to_string((i * 37) % 2048);
+  CliRun longer = run_cli({"logits", "-m", model_, "--tokens", ids, "-n", "2", "--out", plan_out});
+  ASSERT_EQ(longer.exit_code, 0) << longer.err;
+  EXPECT_EQ(nlohmann::json::parse(longer.out)["positions"], nlohmann::json::parse("[29,30,31]"));
+  std::filesystem::remove(exact_out);
+  std::filesystem::remove(plan_out);
+}
+
 TEST_F(LogitsCli, TokensFile) {
   const std::string ids = temp_path("ids.txt");
   std::ofstream(ids) << "0 5\n9,200\n";
