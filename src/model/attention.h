@@ -48,7 +48,8 @@ class AttentionLayer {
   // x: attention input [num_tokens, dim] (bf16 values in fp32) at absolute positions start_pos..start_pos+num_tokens-1.
   // out: [num_tokens, dim] (bf16 values). Updates `state` (this layer's window ring; on KV sources the compressed
   // caches and compressor tail) and `shared`.
-  // compressor_input: for the CED decoder KV source, the compressor reads the same x; kept explicit for replay plans.
+  // The CED decoder KV source's compressor reads the same x; rows that only feed the global KV (prompt rows before
+  // the decoder's tail) go through forward_global_kv() instead.
   //
   // `shared` must have been reset for this call (same start_pos and num_tokens). Window layout (it decides the
   // 64-entry blocks of the attention kernel, so it follows model.py exactly):
