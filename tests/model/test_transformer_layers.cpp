@@ -126,6 +126,7 @@ void compare_decode(const std::string& model) {
 
 TEST(TransformerLayers, TinyARandPrefill) { compare_prefill("tiny-a", "rand"); }
 TEST(TransformerLayers, TinyBRandPrefill) { compare_prefill("tiny-b", "rand"); }
+TEST(TransformerLayers, TinyCRandPrefill) { compare_prefill("tiny-c", "rand"); }
 TEST(TransformerLayers, TinyADecode) { compare_decode("tiny-a"); }
 TEST(TransformerLayers, TinyBDecode) { compare_decode("tiny-b"); }
 
