@@ -124,6 +124,7 @@ class Bench {
 
   // A prefilled (default plan) state at `depth` positions, kept to clone decode batches from.
   Status prepare_depth(int64_t depth) {
+    if (depth < 1) return Status::Error("decode depth " + std::to_string(depth) + " must be >= 1");
     base_ = std::nullopt;
     auto seq = runner_.new_sequence();
     if (!seq.ok()) return seq.status();
@@ -293,7 +294,10 @@ int run_bench(const BenchOptions& o) {
   if (!depths.empty()) j["decode_depth"] = depths.front();
 
   // One batch-1 decode step at each breakdown depth; the smallest depth is the context-free reference.
-  std::vector<int64_t> bd = o.breakdown_depths;
+  std::vector<int64_t> bd;
+  for (int64_t depth : o.breakdown_depths) {
+    if (depth > 0) bd.push_back(depth);  // 0: none
+  }
   std::sort(bd.begin(), bd.end());
   double base_step = 0;
   const int64_t reference_depth = std::max<int64_t>(1, config.window_size);
@@ -383,7 +387,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-n,--decode", options->decode_tokens, "decode steps per measurement");
   cmd->add_option("--batch", options->batches, "decode batch sizes, comma separated")->delimiter(',');
   cmd->add_option("--depth", options->depths, "decode context depths (default: the smallest prompt)")->delimiter(',');
-  cmd->add_option("--breakdown", options->breakdown_depths, "decode-step breakdown depths (empty: none)")
+  cmd->add_option("--breakdown", options->breakdown_depths, "decode-step breakdown depths (0: none)")
       ->delimiter(',');
   cmd->add_option("--chunk", options->chunk, "prefill chunk (tokens)");
   cmd->add_option("-r,--repetitions", options->repetitions, "repetitions per figure");
