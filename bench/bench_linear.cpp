@@ -1,4 +1,4 @@
-// Linear kernels at the real model's shapes (spec/MODEL.md §1-§4): decode (rows 1, 4, 16) and prefill
+// Linear kernels at the real model's shapes (spec/MODEL.md §1-§4): decode (rows 1, 4, 16, 64) and prefill
 // (rows 256), for the reference and every fast kernel set this CPU runs.
 //
 // Decode is bound by reading the weights, so every benchmark also times a plain SIMD read of the same
@@ -182,7 +182,7 @@ void register_all(int threads) {
   for (const LinearKernels* k : sets) {
     const bool reference = std::string(k->name) == "reference";
     for (const LinearShape& s : kShapes)
-      for (int64_t rows : {1, 4, 16, 256}) {
+      for (int64_t rows : {1, 4, 16, 64, 256}) {
         if (reference && rows > 1) continue;  // the scalar oracle is only timed at rows = 1
         std::string name = std::string(k->name) + "/" + s.name + "/rows:" + std::to_string(rows);
         benchmark::RegisterBenchmark(name.c_str(), run_linear, k, s, rows, threads)

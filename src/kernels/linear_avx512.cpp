@@ -11,8 +11,8 @@
 // b+1 (in the order the conversion produces; the activations are prepared in the same order), so
 // dp(dp(0, W0, A0), W1, A1) leaves block b's partial spread over lanes 0-7 and block b+1's over 8-15.
 // A transposing reduction turns 16 such vectors (16 outputs) into P_b and P_b+1 with lane = output.
-// rows == 1 (decode) converts and multiplies in registers; rows > 1 converts a chunk of the tile once into
-// an L1 scratch and reuses it for every row.
+// This is the rows == 1 (decode) path: convert and multiply in registers. rows > 1 uses the transposed
+// scratch layout described at gemm_tiles_rows (no horizontal reduction, one conversion for all rows).
 // GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -Wmaybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -33,7 +33,7 @@ namespace dsflash::linear_impl {
 namespace {
 
 constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
-constexpr int kChunkPairs = 16;   // block pairs per chunk: 16 outputs x 1024 K bf16 = 32 KB of scratch
+constexpr int kChunkPairs = 16;   // block pairs per chunk of weight scales
 constexpr int64_t kPrefetchPairs = 8;  // FP8: 8 pairs x 16 rows x 64 B = 8 KB ahead (FP4: twice the pairs)
 constexpr int64_t kBf16Span = 512;     // bf16 K elements per inner loop span
 constexpr int64_t kBf16PrefetchElements = 2048;  // bf16: 4 rows x 4 KB ahead in the walk order
@@ -44,6 +44,12 @@ struct Avx512Tables {
   alignas(64) uint8_t fp8_lo[128];
   alignas(64) uint8_t fp8_hi[128];
   alignas(64) uint16_t fp4[32];
+  // Multi-row transposition (see convert_block_fp8 / convert_block_fp4).
+  alignas(64) uint16_t fp8_gather[2][32];  // vpermt2w: 4 outputs x 8 code pairs per 128-bit lane
+  alignas(64) uint8_t interleave[2][64];   // vpermt2b: (lo, hi) bytes of codes 0-31 / 32-63 -> bf16 words
+  alignas(64) uint8_t fp4_gather[64];      // vpermb: 4 outputs x 4 packed bytes per 128-bit lane
+  alignas(64) uint8_t fp4_lo[64];          // vpshufb: e2m1 code -> low / high byte of its bf16 (x4 lanes)
+  alignas(64) uint8_t fp4_hi[64];
 };
 
 const Avx512Tables& avx512_tables() {
@@ -55,6 +61,26 @@ const Avx512Tables& avx512_tables() {
       a.fp8_hi[c] = static_cast<uint8_t>(t.e4m3_bf16[c] >> 8);
     }
     for (int c = 0; c < 32; ++c) a.fp4[c] = t.e2m1_bf16[c % 16];
+    // Y_s word 8*m + r (lane m, r = 0..7) <- output t = r % 4 of the 4 (two per source register, 16 code
+    // pairs each), code pair j = 8s + 2m + r / 4.
+    for (int s = 0; s < 2; ++s)
+      for (int p = 0; p < 32; ++p) {
+        const int m = p / 8, r = p % 8, t = r % 4, j = 8 * s + 2 * m + r / 4;
+        a.fp8_gather[s][p] = static_cast<uint16_t>((t / 2) * 32 + 16 * (t % 2) + j);
+      }
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 32; ++i) {
+        a.interleave[h][2 * i] = static_cast<uint8_t>(32 * h + i);
+        a.interleave[h][2 * i + 1] = static_cast<uint8_t>(64 + 32 * h + i);
+      }
+    // Y byte 16m + 4q + t <- Z byte 16t + 4m + q (Z lane t = output t's 16 packed bytes).
+    for (int m = 0; m < 4; ++m)
+      for (int q = 0; q < 4; ++q)
+        for (int t = 0; t < 4; ++t) a.fp4_gather[16 * m + 4 * q + t] = static_cast<uint8_t>(16 * t + 4 * m + q);
+    for (int c = 0; c < 64; ++c) {
+      a.fp4_lo[c] = static_cast<uint8_t>(t.e2m1_bf16[c % 16] & 0xff);
+      a.fp4_hi[c] = static_cast<uint8_t>(t.e2m1_bf16[c % 16] >> 8);
+    }
     return a;
   }();
   return tables;
@@ -214,9 +240,7 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
   // they train, long ones exceed the streams they track). While at (tile, pair p) we prefetch the bytes
   // used kPrefetchPairs pairs later in the same walk order (possibly in a later tile of this range):
   // base of row 0 of that tile at that pair, or nullptr past the range. ~8-16 KB ahead, within L1.
-  // The scratch path (rows > 1) converts a chunk in a burst and then computes for a while, so it fetches
-  // one whole chunk ahead instead.
-  const int64_t prefetch_pairs = g.rows > 1 ? kChunkPairs : kFp4 ? 2 * kPrefetchPairs : kPrefetchPairs;
+  const int64_t prefetch_pairs = kFp4 ? 2 * kPrefetchPairs : kPrefetchPairs;
   auto prefetch_base = [&](int64_t tile, int64_t p) -> const uint8_t* {
     const int64_t q = p + prefetch_pairs;
     const int64_t t = tile + q / g.npairs;
@@ -226,7 +250,6 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
   };
 
   alignas(64) float sw[2 * kChunkPairs][kTile];                  // weight scales of the chunk's blocks
-  alignas(64) uint16_t scratch[kTile][kChunkPairs][64];          // converted weights (rows > 1)
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
     const int64_t o0 = tile * kTile;
     const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
@@ -250,60 +273,241 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
           _mm512_store_ps(sw[b - 2 * p0], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]));
       }
 
-      if (g.rows == 1) {
-        __m512 y = p0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(store_mask, g.y + o0);
-        for (int64_t p = p0; p < p1; ++p) {
-          const bool half = 2 * p + 1 == g.kb;
-          const __m512i a0 = _mm512_loadu_si512(g.act + p * 64), a1 = _mm512_loadu_si512(g.act + p * 64 + 32);
-          const uint8_t* ahead = prefetch_base(tile, p);
-          auto dot = [&](int i) DSFLASH_AVX512 {
-            __m512i w0, w1;
-            if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
-            convert(rows_o[i], p, half, &w0, &w1);
-            return dot_pair(w0, w1, a0, a1);
-          };
-          __m512 pb, pb1;
-          reduce_16x2(dot, &pb, &pb1);
-          const int64_t bi = 2 * (p - p0);
-          y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb, _mm512_set1_ps(dt.e8m0_f32[g.act_scales[2 * p]])),
-                                             _mm512_load_ps(sw[bi])));
-          if (!half)
-            y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb1, _mm512_set1_ps(dt.e8m0_f32[g.act_scales[2 * p + 1]])),
-                                               _mm512_load_ps(sw[bi + 1])));
-        }
-        _mm512_mask_storeu_ps(g.y + o0, store_mask, y);
-        continue;
-      }
-
-      for (int i = 0; i < kTile; ++i)
-        for (int64_t p = p0; p < p1; ++p) {
+      __m512 y = p0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(store_mask, g.y + o0);
+      for (int64_t p = p0; p < p1; ++p) {
+        const bool half = 2 * p + 1 == g.kb;
+        const __m512i a0 = _mm512_loadu_si512(g.act + p * 64), a1 = _mm512_loadu_si512(g.act + p * 64 + 32);
+        const uint8_t* ahead = prefetch_base(tile, p);
+        auto dot = [&](int i) DSFLASH_AVX512 {
           __m512i w0, w1;
-          if (const uint8_t* ahead = prefetch_base(tile, p))
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T1);
-          convert(rows_o[i], p, 2 * p + 1 == g.kb, &w0, &w1);
-          _mm512_store_si512(scratch[i][p - p0], w0);
-          _mm512_store_si512(scratch[i][p - p0] + 32, w1);
-        }
-      for (int64_t r = 0; r < g.rows; ++r) {
-        float* yr = g.y + r * g.out + o0;
-        const uint16_t* act = g.act + r * g.npairs * 64;
-        const uint8_t* sa = g.act_scales + r * g.kb;
-        __m512 y = p0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(store_mask, yr);
-        for (int64_t p = p0; p < p1; ++p) {
-          const __m512i a0 = _mm512_loadu_si512(act + p * 64), a1 = _mm512_loadu_si512(act + p * 64 + 32);
-          auto dot = [&](int i) DSFLASH_AVX512 {
-            return dot_pair(_mm512_load_si512(scratch[i][p - p0]), _mm512_load_si512(scratch[i][p - p0] + 32), a0, a1);
-          };
-          __m512 pb, pb1;
-          reduce_16x2(dot, &pb, &pb1);
-          const int64_t bi = 2 * (p - p0);
-          y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb, _mm512_set1_ps(dt.e8m0_f32[sa[2 * p]])),
-                                             _mm512_load_ps(sw[bi])));
-          if (2 * p + 1 < g.kb)
-            y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb1, _mm512_set1_ps(dt.e8m0_f32[sa[2 * p + 1]])),
-                                               _mm512_load_ps(sw[bi + 1])));
-        }
-        _mm512_mask_storeu_ps(yr, store_mask, y);
+          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
+          convert(rows_o[i], p, half, &w0, &w1);
+          return dot_pair(w0, w1, a0, a1);
+        };
+        __m512 pb, pb1;
+        reduce_16x2(dot, &pb, &pb1);
+        const int64_t bi = 2 * (p - p0);
+        y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb, _mm512_set1_ps(dt.e8m0_f32[g.act_scales[2 * p]])),
+                                           _mm512_load_ps(sw[bi])));
+        if (!half)
+          y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb1, _mm512_set1_ps(dt.e8m0_f32[g.act_scales[2 * p + 1]])),
+                                             _mm512_load_ps(sw[bi + 1])));
+      }
+      _mm512_mask_storeu_ps(g.y + o0, store_mask, y);
+    }
+  }
+}
+
+// ---- Multi-row path (rows >= 2) ----
+// A tile's weights (16 outputs) are converted once per 32-K block into an L1 scratch of 16 zmm, one per
+// code pair j = 0..15, lane o = output o's bf16 pair (k = 2j, 2j+1) as a dword. For one row,
+// dp(acc, W_j, broadcast(activation pair j)) over the 16 j leaves output o's block partial in lane o (no
+// horizontal reduction), and one converted block serves every row. Activations are plain bf16 [rows, k].
+
+constexpr int kBlocksPerChunk = 16;  // scratch of 16 blocks x 1 KB = 16 KB, stays in L1 while rows pass
+constexpr int kRowTile = 8;          // rows sharing each scratch load: 16 accumulators + 8 y
+
+// c[m] lane l = y[l] lane m (4x4 transpose of 128-bit lanes).
+DSFLASH_AVX512 inline void transpose_lanes(const __m512i* y, __m512i* c) {
+  const __m512i t0 = _mm512_shuffle_i64x2(y[0], y[1], _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i t1 = _mm512_shuffle_i64x2(y[0], y[1], _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512i t2 = _mm512_shuffle_i64x2(y[2], y[3], _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i t3 = _mm512_shuffle_i64x2(y[2], y[3], _MM_SHUFFLE(3, 2, 3, 2));
+  c[0] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
+  c[1] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
+  c[2] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
+  c[3] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// FP8: one block (32 codes) of 16 outputs, src[i] = output i's block -> dst[16] (see above).
+// z[n] = outputs 2n, 2n+1 (16 code-pair words each). vpermt2w gathers, for 4 outputs, the 8 code pairs
+// j = 8s + 2m, 8s + 2m + 1 into lane m of y[l]; the lane transpose makes c lane l = outputs 4l..4l+3, in
+// the word order [4 outputs at j even][4 outputs at j odd], which vpunpck{l,h}bw in fp8_to_bf16 turns
+// into W_j (outputs in lane order) and W_j+1.
+DSFLASH_AVX512 inline void convert_block_fp8(const uint8_t* const* src, __m512i* dst, const Avx512Tables& at,
+                                             __m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1) {
+  __m512i z[8];
+  for (int n = 0; n < 8; ++n)
+    z[n] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[2 * n]))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[2 * n + 1])), 1);
+  for (int s = 0; s < 2; ++s) {
+    const __m512i gather = _mm512_load_si512(at.fp8_gather[s]);
+    __m512i y[4], c[4];
+    for (int l = 0; l < 4; ++l) y[l] = _mm512_permutex2var_epi16(z[2 * l], gather, z[2 * l + 1]);
+    transpose_lanes(y, c);
+    for (int m = 0; m < 4; ++m) {
+      __m512i w0, w1;
+      fp8_to_bf16(c[m], lo0, lo1, hi0, hi1, &w0, &w1);
+      _mm512_store_si512(dst + 2 * (4 * s + m), w0);
+      _mm512_store_si512(dst + 2 * (4 * s + m) + 1, w1);
+    }
+  }
+}
+
+// FP4: one block (16 packed bytes) of 16 outputs -> dst[16]. z[n] lane t = output 4n+t; vpermb puts in
+// lane m of y[n] the bytes j = 4m..4m+3 of those 4 outputs (byte 4q + t = output t, j = 4m + q); after the
+// lane transpose q[m] lane n holds outputs 4n..4n+3. vpshufb looks up both nibbles' bf16 bytes and two
+// unpack levels build the dwords, which land as W_4m+q with lane = output.
+DSFLASH_AVX512 inline void convert_block_fp4(const uint8_t* const* src, __m512i* dst, __m512i gather,
+                                             __m512i lut_lo, __m512i lut_hi) {
+  __m512i y[4], q[4];
+  for (int n = 0; n < 4; ++n) {
+    auto ld = [&](int i) DSFLASH_AVX512 { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[4 * n + i])); };
+    __m512i z = _mm512_castsi128_si512(ld(0));
+    z = _mm512_inserti32x4(z, ld(1), 1);
+    z = _mm512_inserti32x4(z, ld(2), 2);
+    z = _mm512_inserti32x4(z, ld(3), 3);
+    y[n] = _mm512_permutexvar_epi8(gather, z);
+  }
+  transpose_lanes(y, q);
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  for (int m = 0; m < 4; ++m) {
+    const __m512i n0 = _mm512_and_si512(q[m], nibble);
+    const __m512i n1 = _mm512_and_si512(_mm512_srli_epi16(q[m], 4), nibble);
+    const __m512i l0 = _mm512_shuffle_epi8(lut_lo, n0), h0 = _mm512_shuffle_epi8(lut_hi, n0);
+    const __m512i l1 = _mm512_shuffle_epi8(lut_lo, n1), h1 = _mm512_shuffle_epi8(lut_hi, n1);
+    const __m512i even_lo = _mm512_unpacklo_epi8(l0, h0), even_hi = _mm512_unpackhi_epi8(l0, h0);
+    const __m512i odd_lo = _mm512_unpacklo_epi8(l1, h1), odd_hi = _mm512_unpackhi_epi8(l1, h1);
+    _mm512_store_si512(dst + 4 * m + 0, _mm512_unpacklo_epi16(even_lo, odd_lo));
+    _mm512_store_si512(dst + 4 * m + 1, _mm512_unpackhi_epi16(even_lo, odd_lo));
+    _mm512_store_si512(dst + 4 * m + 2, _mm512_unpacklo_epi16(even_hi, odd_hi));
+    _mm512_store_si512(dst + 4 * m + 3, _mm512_unpackhi_epi16(even_hi, odd_hi));
+  }
+}
+
+// Activation codes [rows, k] e4m3 -> bf16 bits [rows, k] in k order, rows [r0, r1).
+DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* out, int64_t r0, int64_t r1) {
+  const Avx512Tables& at = avx512_tables();
+  const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
+  const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
+  const __m512i first = _mm512_load_si512(at.interleave[0]), second = _mm512_load_si512(at.interleave[1]);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* codes = x.codes + r * x.k;
+    uint16_t* dst = out + r * x.k;
+    for (int64_t i = 0; i < x.k; i += 32) {  // k % 32 == 0; a lone last 32 codes loads half a register
+      const bool full = i + 64 <= x.k;
+      const __m512i c = full ? _mm512_loadu_si512(codes + i) : _mm512_maskz_loadu_epi8(0xffffffffull, codes + i);
+      const __m512i lo = _mm512_permutex2var_epi8(lo0, c, lo1);
+      __m512i hi = _mm512_permutex2var_epi8(hi0, c, hi1);
+      hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (c & 0x80)
+      _mm512_storeu_si512(dst + i, _mm512_permutex2var_epi8(lo, first, hi));
+      if (!full) break;
+      _mm512_storeu_si512(dst + i + 32, _mm512_permutex2var_epi8(lo, second, hi));
+      i += 32;
+    }
+  }
+}
+
+// RT rows x one tile over the chunk's nb blocks: act = row 0's bf16 at the chunk's first k (row stride k),
+// sa = row 0's scales at the chunk's first block (stride kb), y = row 0 at the tile's first output.
+// Per block and row: two accumulators (even / odd j) summed = the block partial (an in-block order), then
+// y = y + (partial * sa) * sw in block order.
+template <int RT>
+DSFLASH_AVX512 void rows_chunk(const __m512i* scratch, int nb, const float (*sw)[kTile], const uint16_t* act,
+                               int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out, bool first,
+                               __mmask16 mask) {
+  const float* e8m0 = linear_decode_tables().e8m0_f32;
+  __m512 acc[RT];
+  for (int r = 0; r < RT; ++r) acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y + r * out);
+  for (int b = 0; b < nb; ++b) {
+    __m512 s0[RT], s1[RT];
+    for (int r = 0; r < RT; ++r) s0[r] = s1[r] = _mm512_setzero_ps();
+    const __m512i* w = scratch + 16 * b;
+    const uint16_t* a = act + 32 * b;
+    for (int j = 0; j < 16; j += 2) {
+      const __m512bh w0 = (__m512bh)_mm512_load_si512(w + j), w1 = (__m512bh)_mm512_load_si512(w + j + 1);
+      for (int r = 0; r < RT; ++r) {
+        const __m512i a0 = _mm512_broadcastd_epi32(_mm_loadu_si32(a + r * k + 2 * j));
+        const __m512i a1 = _mm512_broadcastd_epi32(_mm_loadu_si32(a + r * k + 2 * j + 2));
+        s0[r] = _mm512_dpbf16_ps(s0[r], w0, (__m512bh)a0);
+        s1[r] = _mm512_dpbf16_ps(s1[r], w1, (__m512bh)a1);
+      }
+    }
+    const __m512 swb = _mm512_load_ps(sw[b]);
+    for (int r = 0; r < RT; ++r)
+      acc[r] = _mm512_add_ps(
+          acc[r], _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(s0[r], s1[r]), _mm512_set1_ps(e8m0[sa[r * kb + b]])), swb));
+  }
+  for (int r = 0; r < RT; ++r) _mm512_mask_storeu_ps(y + r * out, mask, acc[r]);
+}
+
+template <bool kFp4>
+DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  const LinearDecodeTables& dt = linear_decode_tables();
+  const Avx512Tables& at = avx512_tables();
+  const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
+  const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
+  const __m512i fp4_gather = _mm512_load_si512(at.fp4_gather);
+  const __m512i fp4_lo = _mm512_load_si512(at.fp4_lo), fp4_hi = _mm512_load_si512(at.fp4_hi);
+  const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
+  const int64_t block_bytes = kFp4 ? 16 : 32;
+  const int64_t blocks_per_line = 64 / block_bytes;
+  auto tile_rows = [&](int64_t tile, const uint8_t** rows) {
+    const int64_t o0 = tile * kTile;
+    const int64_t last = g.out - 1;
+    for (int i = 0; i < kTile; ++i) rows[i] = g.w + std::min(o0 + i, last) * row_bytes;
+  };
+
+  alignas(64) float sw[kBlocksPerChunk][kTile];
+  alignas(64) __m512i scratch[kBlocksPerChunk * 16];
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int64_t o0 = tile * kTile;
+    const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
+    const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
+    int64_t rows_o[kTile];  // outputs past the end repeat the last one; their lanes are not stored
+    for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
+    __m512i scale_offsets = _mm512_setzero_si512();
+    if constexpr (kFp4) {
+      alignas(64) int32_t offsets[kTile];
+      for (int i = 0; i < kTile; ++i) offsets[i] = static_cast<int32_t>(rows_o[i] * g.kb);
+      scale_offsets = _mm512_load_si512(offsets);
+    }
+    const uint8_t* rows[kTile];
+    tile_rows(tile, rows);
+    for (int64_t b0 = 0; b0 < g.kb; b0 += kBlocksPerChunk) {
+      const int nb = static_cast<int>(std::min<int64_t>(kBlocksPerChunk, g.kb - b0));
+      if constexpr (kFp4) {
+        fp4_weight_scales(g, rows_o, scale_offsets, b0, b0 + nb, sw);
+      } else {
+        for (int b = 0; b < nb; ++b)
+          _mm512_store_ps(sw[b], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b0 + b]]));
+      }
+      // The rows' bytes of the next chunk (this tile, or the next tile of the range) are prefetched while
+      // this one converts: 16 short row streams defeat the hardware prefetchers.
+      const uint8_t* next[kTile];
+      bool have_next = true;
+      if (b0 + kBlocksPerChunk < g.kb) {
+        for (int i = 0; i < kTile; ++i) next[i] = rows[i] + (b0 + kBlocksPerChunk) * block_bytes;
+      } else if (tile + 1 < tile_end) {
+        tile_rows(tile + 1, next);
+      } else {
+        have_next = false;
+      }
+      const uint8_t* src[kTile];
+      for (int i = 0; i < kTile; ++i) src[i] = rows[i] + b0 * block_bytes;
+      for (int b = 0; b < nb; ++b) {
+        if (have_next && b % blocks_per_line == 0)
+          for (int i = 0; i < kTile; ++i) _mm_prefetch(reinterpret_cast<const char*>(next[i] + b * block_bytes), _MM_HINT_T0);
+        if constexpr (kFp4) convert_block_fp4(src, scratch + 16 * b, fp4_gather, fp4_lo, fp4_hi);
+        else convert_block_fp8(src, scratch + 16 * b, at, lo0, lo1, hi0, hi1);
+        for (int i = 0; i < kTile; ++i) src[i] += block_bytes;
+      }
+      const bool first = b0 == 0;
+      int64_t r = 0;
+      auto run = [&]<int RT>() DSFLASH_AVX512 {
+        rows_chunk<RT>(scratch, nb, sw, g.act + r * g.in + 32 * b0, g.in, g.act_scales + r * g.kb + b0, g.kb,
+                       g.y + r * g.out + o0, g.out, first, store_mask);
+      };
+      for (; r + kRowTile <= g.rows; r += kRowTile) run.template operator()<kRowTile>();
+      switch (g.rows - r) {
+        case 7: run.template operator()<7>(); break;
+        case 6: run.template operator()<6>(); break;
+        case 5: run.template operator()<5>(); break;
+        case 4: run.template operator()<4>(); break;
+        case 3: run.template operator()<3>(); break;
+        case 2: run.template operator()<2>(); break;
+        case 1: run.template operator()<1>(); break;
+        default: break;
       }
     }
   }
@@ -321,30 +525,39 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   g.kb = in / 32;
   g.npairs = (g.kb + 1) / 2;
   g.rows = x.rows;
-  std::vector<uint16_t> act(static_cast<size_t>(x.rows * g.npairs * 64));
-  if (pool && x.rows > 1)
-    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) {
-      prepare_activation_rows(x, g.npairs, kFp4, act.data(), r0, r1);
-    });
-  else
-    prepare_activation_rows(x, g.npairs, kFp4, act.data(), 0, x.rows);
-  g.act = act.data();
   g.act_scales = x.scales;
   g.y = y;
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (pool && x.rows > 1 && tiles < 4 * pool->num_threads()) {
+  if (x.rows == 1) {
+    // Decode: convert and multiply in registers (block-pair lane order, horizontal reduction per pair).
+    std::vector<uint16_t> act(static_cast<size_t>(g.npairs * 64));
+    prepare_activation_rows(x, g.npairs, kFp4, act.data(), 0, 1);
+    g.act = act.data();
+    auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles<kFp4>(g, begin, end); };
+    if (pool) pool->parallel_for(tiles, body);
+    else body(0, tiles, 0);
+    return;
+  }
+  // Several rows: plain bf16 activations, converted weight tiles shared by all rows.
+  std::vector<uint16_t> act(static_cast<size_t>(x.rows * in));
+  if (pool)
+    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { prepare_activation_bf16(x, act.data(), r0, r1); });
+  else
+    prepare_activation_bf16(x, act.data(), 0, x.rows);
+  g.act = act.data();
+  if (pool && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
     pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) {
       GemmArgs part = g;
       part.rows = r1 - r0;
-      part.act += r0 * g.npairs * 64;
+      part.act += r0 * in;
       part.act_scales += r0 * g.kb;
       part.y += r0 * g.out;
-      gemm_tiles<kFp4>(part, 0, tiles);
+      gemm_tiles_rows<kFp4>(part, 0, tiles);
     });
     return;
   }
-  auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles<kFp4>(g, begin, end); };
+  auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles_rows<kFp4>(g, begin, end); };
   if (pool) pool->parallel_for(tiles, body);
   else body(0, tiles, 0);
 }

@@ -31,11 +31,15 @@ struct Shape {
   int rows, out, in;
 };
 
-// Ragged rows 1..17, outputs off every tile size, odd block counts, and K spanning several scratch chunks.
+// Ragged rows 1..64, outputs off every tile size, odd block counts, and K spanning several scratch chunks.
 const Shape kShapes[] = {{1, 1, 32},    {1, 7, 64},     {2, 15, 96},   {3, 16, 160},  {4, 17, 32},
                          {5, 31, 224},  {6, 33, 1088},  {7, 45, 2112}, {8, 64, 256},  {9, 100, 96},
                          {12, 8, 3104}, {16, 48, 1280}, {17, 33, 544}, {1, 130, 5120}, {2, 257, 64},
-                         {40, 16, 96},  {33, 5, 64}};  // few outputs, many rows: split over rows
+                         {40, 16, 96},  {33, 5, 64},   // few outputs, many rows: split over rows
+                         // Multi-row path (rows >= 2): row tiles of 8 with every remainder, ragged output
+                         // tiles, K over several 16-block scratch chunks (544 = 17 blocks, 2080 = 65).
+                         {2, 16, 512},  {3, 129, 576},  {8, 33, 32},   {16, 300, 2080}, {31, 37, 1056},
+                         {64, 50, 544}, {64, 161, 96},  {11, 2, 608}};
 
 TEST(LinearFast, ThisMachineHasAFastPath) {
   // Not a skip: the dispatcher must at least offer AVX2 on the x86-64-v3 baseline this project builds for.
@@ -173,23 +177,26 @@ TEST(LinearFast, RealisticOperandsAgreeBitForBitAlmostEverywhere) {
 }
 
 TEST(LinearFast, NanCodesAndScaleOrderEdgeCasesMatchReference) {
-  for (const LinearKernels* k : fast_kernels()) {
-    test::Fp8ActData x;
-    x.rows = 1;
-    x.k = 64;
-    x.codes.assign(64, 0x78);  // 256
-    x.scales = {static_cast<uint8_t>(127 + 120), 127};
-    test::Fp8WeightData w;
-    w.out = 3;
-    w.in = 64;
-    w.codes.assign(3 * 64, 0x48);  // 4: block 0 partial = 2^15, x 2^120 overflows before x 2^-100
-    w.codes[2 * 64 + 40] = 0x7f;   // NaN code in output 2, block 1
-    w.scales = {static_cast<uint8_t>(127 - 100), 127};
-    std::vector<float> y(3);
-    k->fp8_gemm(x.view(), w.view(), y.data(), nullptr);
-    EXPECT_TRUE(std::isinf(y[0])) << k->name << " " << y[0];
-    EXPECT_TRUE(std::isnan(y[2])) << k->name << " " << y[2];
-  }
+  for (const LinearKernels* k : fast_kernels())
+    for (int rows : {1, 3}) {  // the decode path and the multi-row path
+      test::Fp8ActData x;
+      x.rows = rows;
+      x.k = 64;
+      x.codes.assign(rows * 64, 0x78);  // 256
+      for (int r = 0; r < rows; ++r) x.scales.insert(x.scales.end(), {static_cast<uint8_t>(127 + 120), 127});
+      test::Fp8WeightData w;
+      w.out = 3;
+      w.in = 64;
+      w.codes.assign(3 * 64, 0x48);  // 4: block 0 partial = 2^15, x 2^120 overflows before x 2^-100
+      w.codes[2 * 64 + 40] = 0x7f;   // NaN code in output 2, block 1
+      w.scales = {static_cast<uint8_t>(127 - 100), 127};
+      std::vector<float> y(rows * 3);
+      k->fp8_gemm(x.view(), w.view(), y.data(), nullptr);
+      for (int r = 0; r < rows; ++r) {
+        EXPECT_TRUE(std::isinf(y[r * 3 + 0])) << k->name << " rows " << rows << " " << y[r * 3 + 0];
+        EXPECT_TRUE(std::isnan(y[r * 3 + 2])) << k->name << " rows " << rows << " " << y[r * 3 + 2];
+      }
+    }
 }
 
 }  // namespace
