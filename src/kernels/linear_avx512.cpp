@@ -304,8 +304,8 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
 // dp(acc, W_j, broadcast(activation pair j)) over the 16 j leaves output o's block partial in lane o (no
 // horizontal reduction), and one converted block serves every row. Activations are plain bf16 [rows, k].
 
-constexpr int kBlocksPerChunk = 16;  // scratch of 16 blocks x 1 KB = 16 KB, stays in L1 while rows pass
-constexpr int kRowTile = 8;          // rows sharing each scratch load: 16 accumulators + 8 y
+constexpr int kBlocksPerChunk = 8;   // 2 tiles x 8 blocks x 1 KB = 16 KB of scratch, in L1 while rows pass
+constexpr int kRowTile = 8;          // rows sharing each scratch load: 8 x 2 accumulators
 
 // c[m] lane l = y[l] lane m (4x4 transpose of 128-bit lanes).
 DSFLASH_AVX512 inline void transpose_lanes(const __m512i* y, __m512i* c) {
@@ -398,39 +398,55 @@ DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* o
   }
 }
 
-// RT rows x one tile over the chunk's nb blocks: act = row 0's bf16 at the chunk's first k (row stride k),
-// sa = row 0's scales at the chunk's first block (stride kb), y = row 0 at the tile's first output.
-// Per block and row: two accumulators (even / odd j) summed = the block partial (an in-block order), then
-// y = y + (partial * sa) * sw in block order.
-template <int RT>
-DSFLASH_AVX512 void rows_chunk(const __m512i* scratch, int nb, const float (*sw)[kTile], const uint16_t* act,
-                               int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out, bool first,
-                               __mmask16 mask) {
+// Scratch of one tile for one chunk: [block][pair j] zmm, lane = output.
+using TileScratch = __m512i[kBlocksPerChunk * 16];
+
+// RT rows x NT tiles (1 or 2, adjacent) over the chunk's nb blocks: act = row 0's bf16 at the chunk's first
+// k (row stride k), sa = row 0's scales at the chunk's first block (stride kb), y = row 0 at the first
+// tile's first output. Each scratch load serves RT rows and each broadcast NT tiles, which keeps the loads
+// per vdpbf16ps near 1/2 (the loads, not the multiplies, would bound it otherwise). The 16 j of a block run
+// in one accumulator per (row, tile) in j order, so a result does not depend on RT, NT or threads. Then y = y + (partial * sa) * sw per block in K order; y waits in an L1 buffer, so that the
+// accumulators alone fill the registers.
+template <int RT, int NT>
+DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (*const* sw)[kTile],
+                               const uint16_t* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
+                               bool first, const __mmask16* masks) {
   const float* e8m0 = linear_decode_tables().e8m0_f32;
-  __m512 acc[RT];
-  for (int r = 0; r < RT; ++r) acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y + r * out);
+  alignas(64) float ybuf[RT][NT][kTile];
+  for (int r = 0; r < RT; ++r)
+    for (int t = 0; t < NT; ++t)
+      _mm512_store_ps(ybuf[r][t], first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(masks[t], y + r * out + t * kTile));
   for (int b = 0; b < nb; ++b) {
-    __m512 s0[RT], s1[RT];
-    for (int r = 0; r < RT; ++r) s0[r] = s1[r] = _mm512_setzero_ps();
-    const __m512i* w = scratch + 16 * b;
+    __m512 acc[RT][NT];
+    for (int r = 0; r < RT; ++r)
+      for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
     const uint16_t* a = act + 32 * b;
-    for (int j = 0; j < 16; j += 2) {
-      const __m512bh w0 = (__m512bh)_mm512_load_si512(w + j), w1 = (__m512bh)_mm512_load_si512(w + j + 1);
+    for (int j = 0; j < 16; ++j) {
+      __m512bh w[NT];
+      for (int t = 0; t < NT; ++t) w[t] = (__m512bh)_mm512_load_si512(scratch[t] + 16 * b + j);
       for (int r = 0; r < RT; ++r) {
-        const __m512i a0 = _mm512_broadcastd_epi32(_mm_loadu_si32(a + r * k + 2 * j));
-        const __m512i a1 = _mm512_broadcastd_epi32(_mm_loadu_si32(a + r * k + 2 * j + 2));
-        s0[r] = _mm512_dpbf16_ps(s0[r], w0, (__m512bh)a0);
-        s1[r] = _mm512_dpbf16_ps(s1[r], w1, (__m512bh)a1);
+        const __m512bh x = (__m512bh)_mm512_broadcastd_epi32(_mm_loadu_si32(a + r * k + 2 * j));
+        for (int t = 0; t < NT; ++t) {
+          const int slot = t;  // one chain per (row, tile) whatever NT: results do not depend on the split
+          acc[r][slot] = _mm512_dpbf16_ps(acc[r][slot], w[t], x);
+        }
       }
     }
-    const __m512 swb = _mm512_load_ps(sw[b]);
-    for (int r = 0; r < RT; ++r)
-      acc[r] = _mm512_add_ps(
-          acc[r], _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(s0[r], s1[r]), _mm512_set1_ps(e8m0[sa[r * kb + b]])), swb));
+    for (int r = 0; r < RT; ++r) {
+      const __m512 s = _mm512_set1_ps(e8m0[sa[r * kb + b]]);
+      for (int t = 0; t < NT; ++t) {
+        const __m512 partial = acc[r][t];
+        _mm512_store_ps(ybuf[r][t], _mm512_add_ps(_mm512_load_ps(ybuf[r][t]),
+                                                  _mm512_mul_ps(_mm512_mul_ps(partial, s), _mm512_load_ps(sw[t][b]))));
+      }
+    }
   }
-  for (int r = 0; r < RT; ++r) _mm512_mask_storeu_ps(y + r * out, mask, acc[r]);
+  for (int r = 0; r < RT; ++r)
+    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + r * out + t * kTile, masks[t], _mm512_load_ps(ybuf[r][t]));
 }
 
+// Tiles [tile_begin, tile_end) of y for all rows, two tiles at a time: per chunk of kBlocksPerChunk blocks,
+// both tiles' weights are converted into the scratch (2 x 8 KB), then every row passes over it.
 template <bool kFp4>
 DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   const LinearDecodeTables& dt = linear_decode_tables();
@@ -442,61 +458,72 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
   const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
   const int64_t block_bytes = kFp4 ? 16 : 32;
   const int64_t blocks_per_line = 64 / block_bytes;
+  // Weight rows of a tile: outputs past the end repeat the last one (their lanes are not stored).
   auto tile_rows = [&](int64_t tile, const uint8_t** rows) {
-    const int64_t o0 = tile * kTile;
-    const int64_t last = g.out - 1;
-    for (int i = 0; i < kTile; ++i) rows[i] = g.w + std::min(o0 + i, last) * row_bytes;
+    for (int i = 0; i < kTile; ++i) rows[i] = g.w + std::min(tile * kTile + i, g.out - 1) * row_bytes;
   };
 
-  alignas(64) float sw[kBlocksPerChunk][kTile];
-  alignas(64) __m512i scratch[kBlocksPerChunk * 16];
-  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+  alignas(64) float sw[2][kBlocksPerChunk][kTile];
+  alignas(64) TileScratch scratch[2];
+  for (int64_t tile = tile_begin; tile < tile_end; tile += 2) {
+    const int nt = static_cast<int>(std::min<int64_t>(2, tile_end - tile));
     const int64_t o0 = tile * kTile;
-    const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
-    const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
-    int64_t rows_o[kTile];  // outputs past the end repeat the last one; their lanes are not stored
-    for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
-    __m512i scale_offsets = _mm512_setzero_si512();
-    if constexpr (kFp4) {
+    __mmask16 masks[2];
+    const uint8_t* rows[2][kTile];
+    __m512i scale_offsets[2];  // FP4: byte offsets of each output's scale row
+    int64_t rows_o[2][kTile];
+    for (int t = 0; t < nt; ++t) {
+      const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0 - t * kTile));
+      masks[t] = static_cast<__mmask16>((1u << n) - 1);
+      tile_rows(tile + t, rows[t]);
       alignas(64) int32_t offsets[kTile];
-      for (int i = 0; i < kTile; ++i) offsets[i] = static_cast<int32_t>(rows_o[i] * g.kb);
-      scale_offsets = _mm512_load_si512(offsets);
+      for (int i = 0; i < kTile; ++i) {
+        rows_o[t][i] = o0 + t * kTile + std::min(i, n - 1);
+        offsets[i] = static_cast<int32_t>(rows_o[t][i] * g.kb);
+      }
+      scale_offsets[t] = _mm512_load_si512(offsets);
     }
-    const uint8_t* rows[kTile];
-    tile_rows(tile, rows);
     for (int64_t b0 = 0; b0 < g.kb; b0 += kBlocksPerChunk) {
       const int nb = static_cast<int>(std::min<int64_t>(kBlocksPerChunk, g.kb - b0));
-      if constexpr (kFp4) {
-        fp4_weight_scales(g, rows_o, scale_offsets, b0, b0 + nb, sw);
-      } else {
-        for (int b = 0; b < nb; ++b)
-          _mm512_store_ps(sw[b], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b0 + b]]));
+      for (int t = 0; t < nt; ++t) {
+        if constexpr (kFp4) {
+          fp4_weight_scales(g, rows_o[t], scale_offsets[t], b0, b0 + nb, sw[t]);
+        } else {
+          const int64_t scale_row = (o0 + t * kTile) / 32;
+          for (int b = 0; b < nb; ++b)
+            _mm512_store_ps(sw[t][b], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[scale_row * g.kb + b0 + b]]));
+        }
+        // The rows' bytes of the next chunk (these tiles, or the next pair of the range) are prefetched
+        // while this one converts: 16-32 short row streams defeat the hardware prefetchers.
+        const uint8_t* next[kTile];
+        bool have_next = true;
+        if (b0 + kBlocksPerChunk < g.kb) {
+          for (int i = 0; i < kTile; ++i) next[i] = rows[t][i] + (b0 + kBlocksPerChunk) * block_bytes;
+        } else if (tile + 2 + t < tile_end) {
+          tile_rows(tile + 2 + t, next);
+        } else {
+          have_next = false;
+        }
+        const uint8_t* src[kTile];
+        for (int i = 0; i < kTile; ++i) src[i] = rows[t][i] + b0 * block_bytes;
+        for (int b = 0; b < nb; ++b) {
+          if (have_next && b % blocks_per_line == 0)
+            for (int i = 0; i < kTile; ++i)
+              _mm_prefetch(reinterpret_cast<const char*>(next[i] + b * block_bytes), _MM_HINT_T0);
+          if constexpr (kFp4) convert_block_fp4(src, scratch[t] + 16 * b, fp4_gather, fp4_lo, fp4_hi);
+          else convert_block_fp8(src, scratch[t] + 16 * b, at, lo0, lo1, hi0, hi1);
+          for (int i = 0; i < kTile; ++i) src[i] += block_bytes;
+        }
       }
-      // The rows' bytes of the next chunk (this tile, or the next tile of the range) are prefetched while
-      // this one converts: 16 short row streams defeat the hardware prefetchers.
-      const uint8_t* next[kTile];
-      bool have_next = true;
-      if (b0 + kBlocksPerChunk < g.kb) {
-        for (int i = 0; i < kTile; ++i) next[i] = rows[i] + (b0 + kBlocksPerChunk) * block_bytes;
-      } else if (tile + 1 < tile_end) {
-        tile_rows(tile + 1, next);
-      } else {
-        have_next = false;
-      }
-      const uint8_t* src[kTile];
-      for (int i = 0; i < kTile; ++i) src[i] = rows[i] + b0 * block_bytes;
-      for (int b = 0; b < nb; ++b) {
-        if (have_next && b % blocks_per_line == 0)
-          for (int i = 0; i < kTile; ++i) _mm_prefetch(reinterpret_cast<const char*>(next[i] + b * block_bytes), _MM_HINT_T0);
-        if constexpr (kFp4) convert_block_fp4(src, scratch + 16 * b, fp4_gather, fp4_lo, fp4_hi);
-        else convert_block_fp8(src, scratch + 16 * b, at, lo0, lo1, hi0, hi1);
-        for (int i = 0; i < kTile; ++i) src[i] += block_bytes;
-      }
+      const float(*const sws[2])[kTile] = {sw[0], sw[1]};
       const bool first = b0 == 0;
       int64_t r = 0;
       auto run = [&]<int RT>() DSFLASH_AVX512 {
-        rows_chunk<RT>(scratch, nb, sw, g.act + r * g.in + 32 * b0, g.in, g.act_scales + r * g.kb + b0, g.kb,
-                       g.y + r * g.out + o0, g.out, first, store_mask);
+        const uint16_t* act = g.act + r * g.in + 32 * b0;
+        const uint8_t* sa = g.act_scales + r * g.kb + b0;
+        float* y = g.y + r * g.out + o0;
+        if (nt == 2) rows_chunk<RT, 2>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
+        else rows_chunk<RT, 1>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
       };
       for (; r + kRowTile <= g.rows; r += kRowTile) run.template operator()<kRowTile>();
       switch (g.rows - r) {
