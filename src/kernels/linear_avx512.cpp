@@ -48,6 +48,7 @@ struct Avx512Tables {
   alignas(64) uint16_t fp8_gather[2][32];  // vpermt2w: 4 outputs x 8 code pairs per 128-bit lane
   alignas(64) uint8_t interleave[2][64];   // vpermt2b: (lo, hi) bytes of codes 0-31 / 32-63 -> bf16 words
   alignas(64) uint8_t fp4_gather[64];      // vpermb: 4 outputs x 4 packed bytes per 128-bit lane
+  alignas(64) uint8_t scale_regroup[64];   // vpermb: byte 16q + 4n + t <- 16n + 4q + t
   alignas(64) uint8_t fp4_lo[64];          // vpshufb: e2m1 code -> low / high byte of its bf16 (x4 lanes)
   alignas(64) uint8_t fp4_hi[64];
 };
@@ -77,6 +78,9 @@ const Avx512Tables& avx512_tables() {
     for (int m = 0; m < 4; ++m)
       for (int q = 0; q < 4; ++q)
         for (int t = 0; t < 4; ++t) a.fp4_gather[16 * m + 4 * q + t] = static_cast<uint8_t>(16 * t + 4 * m + q);
+    for (int q = 0; q < 4; ++q)
+      for (int n = 0; n < 4; ++n)
+        for (int t = 0; t < 4; ++t) a.scale_regroup[16 * q + 4 * n + t] = static_cast<uint8_t>(16 * n + 4 * q + t);
     for (int c = 0; c < 64; ++c) {
       a.fp4_lo[c] = static_cast<uint8_t>(t.e2m1_bf16[c % 16] & 0xff);
       a.fp4_hi[c] = static_cast<uint8_t>(t.e2m1_bf16[c % 16] >> 8);
@@ -194,23 +198,20 @@ DSFLASH_AVX512 inline __m512 e8m0_to_f32_x16(__m512i codes) {
 }
 
 // FP4 weight scales of the tile's 16 outputs for blocks [b_begin, b_end): sw[b - b_begin][i].
-// Each output has its own scale row [kb]; a dword gather reads 4 bytes (4 blocks) from each, so the last
-// blocks, whose read would pass the end of the scale tensor, are read one byte at a time instead.
-DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* rows_o, __m512i offsets,
-                                             int64_t b_begin, int64_t b_end, float (*sw)[kTile]) {
-  const LinearDecodeTables& dt = linear_decode_tables();
-  const int64_t total = g.out * g.kb;
-  int64_t b = b_begin;
-  // One dword gather brings the scales of 4 consecutive blocks of every output.
-  for (; b < b_end && rows_o[kTile - 1] * g.kb + b + 4 <= total; b += 4) {
-    const __m512i codes = _mm512_i32gather_epi32(_mm512_add_epi32(offsets, _mm512_set1_epi32(static_cast<int>(b))),
-                                                 g.w_scales, 1);
-    for (int t = 0; t < 4 && b + t < b_end; ++t)
-      _mm512_store_ps(sw[b + t - b_begin],
-                      e8m0_to_f32_x16(_mm512_and_si512(_mm512_srli_epi32(codes, 8 * t), _mm512_set1_epi32(0xff))));
-  }
-  for (; b < b_end; ++b)
-    for (int i = 0; i < kTile; ++i) sw[b - b_begin][i] = dt.e8m0_f32[g.w_scales[rows_o[i] * g.kb + b]];
+// Each output has its own scale row [kb]: 16 blocks of the 16 rows are loaded as 16 x 16 bytes and
+// transposed like the multi-row weights (vpermb + lane transpose + vpermb), then widened per block.
+// (A dword gather per 4 blocks, the obvious alternative, stalls on AMD: 16 lines per instruction.)
+DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* rows_o, int64_t b_begin,
+                                             int64_t b_end, float (*sw)[kTile]);
+
+// FP4 weight scales of tile `tile` ([16 outputs, kb] ue8m0, contiguous) into the cache. The dword gathers
+// of fp4_weight_scales touch 16 lines at once and would otherwise wait for memory every 4 blocks.
+DSFLASH_AVX512 inline void prefetch_fp4_scales(const GemmArgs& g, int64_t tile) {
+  const int64_t o0 = tile * kTile;
+  if (o0 >= g.out) return;
+  const uint8_t* base = g.w_scales + o0 * g.kb;
+  const int64_t bytes = std::min<int64_t>(kTile, g.out - o0) * g.kb;
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(base + off), _MM_HINT_T0);
 }
 
 // Tiles [tile_begin, tile_end) of y. kFp4 selects the weight format.
@@ -256,18 +257,12 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
     const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
     int64_t rows_o[kTile];  // outputs past the end repeat the last one; their lanes are not stored
     for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
-    __m512i scale_offsets = _mm512_setzero_si512();  // FP4: byte offsets of each output's scale row
-    if constexpr (kFp4) {
-      alignas(64) int32_t offsets[kTile];
-      for (int i = 0; i < kTile; ++i) offsets[i] = static_cast<int32_t>(rows_o[i] * g.kb);
-      scale_offsets = _mm512_load_si512(offsets);
-    }
 
     for (int64_t p0 = 0; p0 < g.npairs; p0 += kChunkPairs) {
       const int64_t p1 = std::min(g.npairs, p0 + kChunkPairs);
       const int64_t b_end = std::min(2 * p1, g.kb);
       if constexpr (kFp4) {
-        fp4_weight_scales(g, rows_o, scale_offsets, 2 * p0, b_end, sw);
+        fp4_weight_scales(g, rows_o, 2 * p0, b_end, sw);
       } else {
         for (int64_t b = 2 * p0; b < b_end; ++b)
           _mm512_store_ps(sw[b - 2 * p0], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]));
@@ -317,6 +312,34 @@ DSFLASH_AVX512 inline void transpose_lanes(const __m512i* y, __m512i* c) {
   c[1] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
   c[2] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
   c[3] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* rows_o, int64_t b_begin,
+                                             int64_t b_end, float (*sw)[kTile]) {
+  const Avx512Tables& at = avx512_tables();
+  const __m512i gather = _mm512_load_si512(at.fp4_gather), regroup = _mm512_load_si512(at.scale_regroup);
+  for (int64_t b = b_begin; b < b_end; b += 16) {
+    const int nb = static_cast<int>(std::min<int64_t>(16, b_end - b));
+    const __mmask16 m = static_cast<__mmask16>((1u << nb) - 1);
+    __m512i y[4], q[4];
+    for (int n = 0; n < 4; ++n) {
+      auto ld = [&](int t) DSFLASH_AVX512 { return _mm_maskz_loadu_epi8(m, g.w_scales + rows_o[4 * n + t] * g.kb + b); };
+      __m512i z = _mm512_castsi128_si512(ld(0));
+      z = _mm512_inserti32x4(z, ld(1), 1);
+      z = _mm512_inserti32x4(z, ld(2), 2);
+      z = _mm512_inserti32x4(z, ld(3), 3);
+      y[n] = _mm512_permutexvar_epi8(gather, z);  // lane j/4: byte 4 (j%4) + t = output 4n+t, block j
+    }
+    transpose_lanes(y, q);  // q[j/4] byte 16n + 4 (j%4) + t = output 4n+t, block j
+    float(*dst)[kTile] = sw + (b - b_begin);
+    for (int j4 = 0; j4 < 4 && 4 * j4 < nb; ++j4) {
+      const __m512i r = _mm512_permutexvar_epi8(regroup, q[j4]);  // lane j%4 = block j, byte = output
+      _mm512_store_ps(dst[4 * j4], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(r))));
+      if (4 * j4 + 1 < nb) _mm512_store_ps(dst[4 * j4 + 1], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(r, 1))));
+      if (4 * j4 + 2 < nb) _mm512_store_ps(dst[4 * j4 + 2], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(r, 2))));
+      if (4 * j4 + 3 < nb) _mm512_store_ps(dst[4 * j4 + 3], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(r, 3))));
+    }
+  }
 }
 
 // FP8: one block (32 codes) of 16 outputs, src[i] = output i's block -> dst[16] (see above).
@@ -470,24 +493,22 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
     const int64_t o0 = tile * kTile;
     __mmask16 masks[2];
     const uint8_t* rows[2][kTile];
-    __m512i scale_offsets[2];  // FP4: byte offsets of each output's scale row
     int64_t rows_o[2][kTile];
     for (int t = 0; t < nt; ++t) {
       const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0 - t * kTile));
       masks[t] = static_cast<__mmask16>((1u << n) - 1);
       tile_rows(tile + t, rows[t]);
-      alignas(64) int32_t offsets[kTile];
-      for (int i = 0; i < kTile; ++i) {
-        rows_o[t][i] = o0 + t * kTile + std::min(i, n - 1);
-        offsets[i] = static_cast<int32_t>(rows_o[t][i] * g.kb);
-      }
-      scale_offsets[t] = _mm512_load_si512(offsets);
+      for (int i = 0; i < kTile; ++i) rows_o[t][i] = o0 + t * kTile + std::min(i, n - 1);
+    }
+    if constexpr (kFp4) {
+      for (int t = 2; t < 4; ++t)
+        if (tile + t < tile_end) prefetch_fp4_scales(g, tile + t);
     }
     for (int64_t b0 = 0; b0 < g.kb; b0 += kBlocksPerChunk) {
       const int nb = static_cast<int>(std::min<int64_t>(kBlocksPerChunk, g.kb - b0));
       for (int t = 0; t < nt; ++t) {
         if constexpr (kFp4) {
-          fp4_weight_scales(g, rows_o[t], scale_offsets[t], b0, b0 + nb, sw[t]);
+          fp4_weight_scales(g, rows_o[t], b0, b0 + nb, sw[t]);
         } else {
           const int64_t scale_row = (o0 + t * kTile) / 32;
           for (int b = 0; b < nb; ++b)
@@ -540,6 +561,108 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
   }
 }
 
+// ---- MXFP4 decode (rows == 1) ----
+// One output's 64 packed bytes (4 blocks, 128 K) are one zmm; word i holds the codes of k = 4i..4i+3, so
+// vpermw on (word >> 4q) looks up code q of every word (the table repeats its 16 entries: the index's bit 4
+// is the next nibble's). W_q word i = bf16 of k = 4i + q, and dword d of dp(W_q, A_q) sums k = 8d + q and
+// 8d + 4 + q: 128-bit lane b of the accumulator holds block b's partial in 4 pieces. The activations are
+// prepared in that order: A_q word i = a[4i + q] per 128-K group. The 16 outputs' accumulators fold into
+// 4 vectors P_b (lane = output) with 2 in-lane levels and a lane transpose: one reduction per 4 blocks.
+constexpr int64_t kFp4DecodePrefetchGroups = 8;  // 8 x 16 rows x 64 B = 8 KB ahead
+constexpr int kFp4DecodeChunkGroups = 8;         // weight scales are gathered 32 blocks at a time
+
+// Natural bf16 activations [k] -> [ceil(k/128)][4][32] words in the order above (zero past k).
+void fp4_decode_activation_order(const uint16_t* natural, int64_t k, uint16_t* out) {
+  const int64_t groups = (k + 127) / 128;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int q = 0; q < 4; ++q)
+      for (int i = 0; i < 32; ++i) {
+        const int64_t kk = 128 * g + 4 * i + q;
+        out[g * 128 + q * 32 + i] = kk < k ? natural[kk] : 0;
+      }
+}
+
+template <class Dot>
+DSFLASH_AVX512 inline void reduce_16x4(const Dot& dot, __m512* p) {
+  auto s = [&](int m) DSFLASH_AVX512 {  // outputs 2m, 2m+1: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3]
+    const __m512 a = dot(2 * m), b = dot(2 * m + 1);
+    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  };
+  auto t = [&](int n) DSFLASH_AVX512 {  // outputs 4n..4n+3, full sums, per 128-bit lane (= block)
+    const __m512d a = _mm512_castps_pd(s(2 * n)), b = _mm512_castps_pd(s(2 * n + 1));
+    return _mm512_castps_si512(
+        _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b))));
+  };
+  const __m512i t0 = t(0), t1 = t(1), t2 = t(2), t3 = t(3);
+  const __m512i u0 = _mm512_shuffle_i64x2(t0, t1, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i u1 = _mm512_shuffle_i64x2(t0, t1, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512i u2 = _mm512_shuffle_i64x2(t2, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i u3 = _mm512_shuffle_i64x2(t2, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  p[0] = _mm512_castsi512_ps(_mm512_shuffle_i64x2(u0, u2, _MM_SHUFFLE(2, 0, 2, 0)));
+  p[1] = _mm512_castsi512_ps(_mm512_shuffle_i64x2(u0, u2, _MM_SHUFFLE(3, 1, 3, 1)));
+  p[2] = _mm512_castsi512_ps(_mm512_shuffle_i64x2(u1, u3, _MM_SHUFFLE(2, 0, 2, 0)));
+  p[3] = _mm512_castsi512_ps(_mm512_shuffle_i64x2(u1, u3, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// g.act: the decode-order activations of one row.
+DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  const LinearDecodeTables& dt = linear_decode_tables();
+  const __m512i table = _mm512_load_si512(avx512_tables().fp4);
+  const int64_t row_bytes = g.in / 2;
+  const int64_t groups = (g.kb + 3) / 4;
+  auto ahead_base = [&](int64_t tile, int64_t gi) -> const uint8_t* {
+    const int64_t q = gi + kFp4DecodePrefetchGroups;
+    const int64_t t = tile + q / groups;
+    if (t >= tile_end) return nullptr;
+    const int64_t row0 = std::min(t * kTile, g.out - kTile >= 0 ? g.out - kTile : 0);
+    return g.w + row0 * row_bytes + (q % groups) * 64;
+  };
+  alignas(64) float sw[4 * kFp4DecodeChunkGroups][kTile];
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int64_t o0 = tile * kTile;
+    const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
+    const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
+    int64_t rows_o[kTile];
+    for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
+    if (tile == tile_begin) prefetch_fp4_scales(g, tile);
+    if (tile + 1 < tile_end) prefetch_fp4_scales(g, tile + 1);
+    __m512 y = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < groups; g0 += kFp4DecodeChunkGroups) {
+      const int64_t g1 = std::min(groups, g0 + kFp4DecodeChunkGroups);
+      fp4_weight_scales(g, rows_o, 4 * g0, std::min(4 * g1, g.kb), sw);
+      for (int64_t gi = g0; gi < g1; ++gi) {
+        const int nblocks = static_cast<int>(std::min<int64_t>(4, g.kb - 4 * gi));
+        const __mmask64 load_mask = nblocks == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * nblocks)) - 1;
+        const uint16_t* a = g.act + gi * 128;
+        const __m512i a0 = _mm512_loadu_si512(a), a1 = _mm512_loadu_si512(a + 32);
+        const __m512i a2 = _mm512_loadu_si512(a + 64), a3 = _mm512_loadu_si512(a + 96);
+        const uint8_t* ahead = ahead_base(tile, gi);
+        auto dot = [&](int i) DSFLASH_AVX512 {
+          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
+          const uint8_t* src = g.w + rows_o[i] * row_bytes + gi * 64;
+          const __m512i raw = nblocks == 4 ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi8(load_mask, src);
+          const __m512i w0 = _mm512_permutexvar_epi16(raw, table);
+          const __m512i w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 4), table);
+          const __m512i w2 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 8), table);
+          const __m512i w3 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 12), table);
+          __m512 v = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)w0, (__m512bh)a0);
+          v = _mm512_dpbf16_ps(v, (__m512bh)w1, (__m512bh)a1);
+          v = _mm512_dpbf16_ps(v, (__m512bh)w2, (__m512bh)a2);
+          return _mm512_dpbf16_ps(v, (__m512bh)w3, (__m512bh)a3);
+        };
+        __m512 p[4];
+        reduce_16x4(dot, p);
+        for (int b = 0; b < nblocks; ++b) {
+          const int64_t blk = 4 * gi + b;
+          y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(p[b], _mm512_set1_ps(dt.e8m0_f32[g.act_scales[blk]])),
+                                             _mm512_load_ps(sw[blk - 4 * g0])));
+        }
+      }
+    }
+    _mm512_mask_storeu_ps(g.y + o0, store_mask, y);
+  }
+}
+
 template <bool kFp4>
 void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
                     float* y, ThreadPool* pool) {
@@ -555,8 +678,18 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   g.act_scales = x.scales;
   g.y = y;
   const int64_t tiles = (out + kTile - 1) / kTile;
+  if (kFp4 && x.rows == 1) {
+    std::vector<uint16_t> natural(static_cast<size_t>(in)), act(static_cast<size_t>((in + 127) / 128 * 128));
+    prepare_activation_bf16(x, natural.data(), 0, 1);
+    fp4_decode_activation_order(natural.data(), in, act.data());
+    g.act = act.data();
+    auto body = [&](int64_t begin, int64_t end, int) { fp4_decode_tiles(g, begin, end); };
+    if (pool) pool->parallel_for(tiles, body);
+    else body(0, tiles, 0);
+    return;
+  }
   if (x.rows == 1) {
-    // Decode: convert and multiply in registers (block-pair lane order, horizontal reduction per pair).
+    // FP8 decode: convert and multiply in registers (block-pair lane order, horizontal reduction per pair).
     std::vector<uint16_t> act(static_cast<size_t>(g.npairs * 64));
     prepare_activation_rows(x, g.npairs, kFp4, act.data(), 0, 1);
     g.act = act.data();
