@@ -205,7 +205,7 @@ DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* r
                                              int64_t b_end, float (*sw)[kTile]);
 
 // FP4 weight scales of tile `tile` ([16 outputs, kb] ue8m0, contiguous) into the cache. The dword gathers
-// of fp4_weight_scales touch 16 lines at once and would otherwise wait for memory every 4 blocks.
+// of fp4_weight_scales touch 16 lines at once and would otherwise wait for memory every 16 blocks.
 DSFLASH_AVX512 inline void prefetch_fp4_scales(const GemmArgs& g, int64_t tile) {
   const int64_t o0 = tile * kTile;
   if (o0 >= g.out) return;
@@ -323,7 +323,10 @@ DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* r
     const __mmask16 m = static_cast<__mmask16>((1u << nb) - 1);
     __m512i y[4], q[4];
     for (int n = 0; n < 4; ++n) {
-      auto ld = [&](int t) DSFLASH_AVX512 { return _mm_maskz_loadu_epi8(m, g.w_scales + rows_o[4 * n + t] * g.kb + b); };
+      auto ld = [&](int t) DSFLASH_AVX512 {
+        const uint8_t* src = g.w_scales + rows_o[4 * n + t] * g.kb + b;
+        return b + 16 <= g.kb ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)) : _mm_maskz_loadu_epi8(m, src);
+      };
       __m512i z = _mm512_castsi128_si512(ld(0));
       z = _mm512_inserti32x4(z, ld(1), 1);
       z = _mm512_inserti32x4(z, ld(2), 2);
@@ -569,7 +572,8 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
 // prepared in that order: A_q word i = a[4i + q] per 128-K group. The 16 outputs' accumulators fold into
 // 4 vectors P_b (lane = output) with 2 in-lane levels and a lane transpose: one reduction per 4 blocks.
 constexpr int64_t kFp4DecodePrefetchGroups = 8;  // 8 x 16 rows x 64 B = 8 KB ahead
-constexpr int kFp4DecodeChunkGroups = 8;         // weight scales are gathered 32 blocks at a time
+constexpr int kFp4DecodeChunkGroups = 8;         // weight scales are transposed 32 blocks at a time
+constexpr int64_t kFp4DecodeScaleLeadGroups = 6;  // next tile's scales are fetched ~6 groups before its start
 
 // Natural bf16 activations [k] -> [ceil(k/128)][4][32] words in the order above (zero past k).
 void fp4_decode_activation_order(const uint16_t* natural, int64_t k, uint16_t* out) {
@@ -625,7 +629,6 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
     int64_t rows_o[kTile];
     for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
     if (tile == tile_begin) prefetch_fp4_scales(g, tile);
-    if (tile + 1 < tile_end) prefetch_fp4_scales(g, tile + 1);
     __m512 y = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < groups; g0 += kFp4DecodeChunkGroups) {
       const int64_t g1 = std::min(groups, g0 + kFp4DecodeChunkGroups);
@@ -637,6 +640,9 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
         const __m512i a0 = _mm512_loadu_si512(a), a1 = _mm512_loadu_si512(a + 32);
         const __m512i a2 = _mm512_loadu_si512(a + 64), a3 = _mm512_loadu_si512(a + 96);
         const uint8_t* ahead = ahead_base(tile, gi);
+        // The next tile's scales: late enough that this tile's weight stream does not evict them first.
+        if (gi == std::max<int64_t>(0, groups - kFp4DecodeScaleLeadGroups) && tile + 1 < tile_end)
+          prefetch_fp4_scales(g, tile + 1);
         auto dot = [&](int i) DSFLASH_AVX512 {
           if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
           const uint8_t* src = g.w + rows_o[i] * row_bytes + gi * 64;
