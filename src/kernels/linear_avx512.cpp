@@ -345,17 +345,17 @@ DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* r
   }
 }
 
-// FP8: one block (32 codes) of 16 outputs, src[i] = output i's block -> dst[16] (see above).
+// FP8: one block (32 codes) of 16 outputs, output i's block at base + offsets[i] -> dst[16] (see above).
 // z[n] = outputs 2n, 2n+1 (16 code-pair words each). vpermt2w gathers, for 4 outputs, the 8 code pairs
 // j = 8s + 2m, 8s + 2m + 1 into lane m of y[l]; the lane transpose makes c lane l = outputs 4l..4l+3, in
 // the word order [4 outputs at j even][4 outputs at j odd], which vpunpck{l,h}bw in fp8_to_bf16 turns
 // into W_j (outputs in lane order) and W_j+1.
-DSFLASH_AVX512 inline void convert_block_fp8(const uint8_t* const* src, __m512i* dst, const Avx512Tables& at,
+DSFLASH_AVX512 inline void convert_block_fp8(const uint8_t* base, const int64_t* offsets, __m512i* dst, const Avx512Tables& at,
                                              __m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1) {
   __m512i z[8];
   for (int n = 0; n < 8; ++n)
-    z[n] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[2 * n]))),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[2 * n + 1])), 1);
+    z[n] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + offsets[2 * n]))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + offsets[2 * n + 1])), 1);
   for (int s = 0; s < 2; ++s) {
     const __m512i gather = _mm512_load_si512(at.fp8_gather[s]);
     __m512i y[4], c[4];
@@ -374,11 +374,11 @@ DSFLASH_AVX512 inline void convert_block_fp8(const uint8_t* const* src, __m512i*
 // lane m of y[n] the bytes j = 4m..4m+3 of those 4 outputs (byte 4q + t = output t, j = 4m + q); after the
 // lane transpose q[m] lane n holds outputs 4n..4n+3. vpshufb looks up both nibbles' bf16 bytes and two
 // unpack levels build the dwords, which land as W_4m+q with lane = output.
-DSFLASH_AVX512 inline void convert_block_fp4(const uint8_t* const* src, __m512i* dst, __m512i gather,
+DSFLASH_AVX512 inline void convert_block_fp4(const uint8_t* base, const int64_t* offsets, __m512i* dst, __m512i gather,
                                              __m512i lut_lo, __m512i lut_hi) {
   __m512i y[4], q[4];
   for (int n = 0; n < 4; ++n) {
-    auto ld = [&](int i) DSFLASH_AVX512 { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[4 * n + i])); };
+    auto ld = [&](int i) DSFLASH_AVX512 { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + offsets[4 * n + i])); };
     __m512i z = _mm512_castsi128_si512(ld(0));
     z = _mm512_inserti32x4(z, ld(1), 1);
     z = _mm512_inserti32x4(z, ld(2), 2);
@@ -438,10 +438,15 @@ DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (
                                const uint16_t* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
                                bool first, const __mmask16* masks) {
   const float* e8m0 = linear_decode_tables().e8m0_f32;
+  // Full tiles use plain loads and stores (masked ones are slow on AMD); only a ragged last tile masks.
   alignas(64) float ybuf[RT][NT][kTile];
   for (int r = 0; r < RT; ++r)
-    for (int t = 0; t < NT; ++t)
-      _mm512_store_ps(ybuf[r][t], first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(masks[t], y + r * out + t * kTile));
+    for (int t = 0; t < NT; ++t) {
+      const float* src = y + r * out + t * kTile;
+      _mm512_store_ps(ybuf[r][t], first                ? _mm512_setzero_ps()
+                                  : masks[t] == 0xffff ? _mm512_loadu_ps(src)
+                                                       : _mm512_maskz_loadu_ps(masks[t], src));
+    }
   for (int b = 0; b < nb; ++b) {
     __m512 acc[RT][NT];
     for (int r = 0; r < RT; ++r)
@@ -468,7 +473,11 @@ DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (
     }
   }
   for (int r = 0; r < RT; ++r)
-    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + r * out + t * kTile, masks[t], _mm512_load_ps(ybuf[r][t]));
+    for (int t = 0; t < NT; ++t) {
+      float* dst = y + r * out + t * kTile;
+      if (masks[t] == 0xffff) _mm512_storeu_ps(dst, _mm512_load_ps(ybuf[r][t]));
+      else _mm512_mask_storeu_ps(dst, masks[t], _mm512_load_ps(ybuf[r][t]));
+    }
 }
 
 // Tiles [tile_begin, tile_end) of y for all rows, two tiles at a time: per chunk of kBlocksPerChunk blocks,
@@ -528,15 +537,17 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
         } else {
           have_next = false;
         }
-        const uint8_t* src[kTile];
-        for (int i = 0; i < kTile; ++i) src[i] = rows[t][i] + b0 * block_bytes;
+        // Output i's block b at src + offsets[i] (one pointer to advance, not 16).
+        const uint8_t* src = rows[t][0] + b0 * block_bytes;
+        int64_t offsets[kTile];
+        for (int i = 0; i < kTile; ++i) offsets[i] = rows[t][i] - rows[t][0];
         for (int b = 0; b < nb; ++b) {
           if (have_next && b % blocks_per_line == 0)
             for (int i = 0; i < kTile; ++i)
               _mm_prefetch(reinterpret_cast<const char*>(next[i] + b * block_bytes), _MM_HINT_T0);
-          if constexpr (kFp4) convert_block_fp4(src, scratch[t] + 16 * b, fp4_gather, fp4_lo, fp4_hi);
-          else convert_block_fp8(src, scratch[t] + 16 * b, at, lo0, lo1, hi0, hi1);
-          for (int i = 0; i < kTile; ++i) src[i] += block_bytes;
+          if constexpr (kFp4) convert_block_fp4(src, offsets, scratch[t] + 16 * b, fp4_gather, fp4_lo, fp4_hi);
+          else convert_block_fp8(src, offsets, scratch[t] + 16 * b, at, lo0, lo1, hi0, hi1);
+          src += block_bytes;
         }
       }
       const float(*const sws[2])[kTile] = {sw[0], sw[1]};
