@@ -6,13 +6,17 @@
 // always; otherwise only the in-block summation order differs from the reference). The per-block scaling
 // and the K-order accumulation are the reference's: y = y + (partial * sa) * sw, one block after another.
 //
-// Layout: a tile is 16 outputs; K is walked in pairs of blocks (64 K). For one output and one pair, 64
-// weight codes become two zmm of 32 bf16 (W0, W1) whose low 256 bits hold block b and high 256 bits block
-// b+1 (in the order the conversion produces; the activations are prepared in the same order), so
-// dp(dp(0, W0, A0), W1, A1) leaves block b's partial spread over lanes 0-7 and block b+1's over 8-15.
-// A transposing reduction turns 16 such vectors (16 outputs) into P_b and P_b+1 with lane = output.
-// This is the rows == 1 (decode) path: convert and multiply in registers. rows > 1 uses the transposed
-// scratch layout described at gemm_tiles_rows (no horizontal reduction, one conversion for all rows).
+// Three paths, all with tiles of 16 outputs (lane = output in the results):
+// - FP8, rows == 1 (fp8_decode_tiles): K walked in pairs of blocks; for one output, 64 codes become two zmm
+//   of bf16 whose low 256 bits hold block b and high 256 bits block b+1 (activations prepared in the same
+//   order), a transposing reduction of 16 outputs gives P_b, P_b+1. Convert and multiply in registers.
+// - MXFP4, rows == 1 (fp4_decode_tiles): one zmm = 64 packed bytes = 4 blocks of one output; one 16x4
+//   reduction per 128 K.
+// - rows >= 2 (gemm_tiles_rows): weight tiles converted once per 32-K block into an L1 scratch laid out
+//   [16 k-pairs][16 outputs] bf16 dwords; per row, 16 vdpbf16ps with broadcast activation pairs leave the
+//   block partials of 16 outputs in one zmm (no horizontal reduction); the scratch serves every row.
+// The in-block summation order differs between the decode paths and the multi-row path (only where a
+// block's fp32 sum is inexact can a row's result depend on whether it ran alone).
 // GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -Wmaybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -109,53 +113,21 @@ DSFLASH_AVX512 inline void fp8_to_bf16(__m512i codes, __m512i lo0, __m512i lo1, 
   *w1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
-// 32 packed bytes (64 e2m1 codes, low nibble = even k) -> W0 = bf16 of the low nibbles (even k), W1 = bf16
-// of the high nibbles (odd k), word j of each from byte j. vpermw reads 5 index bits; the table repeats its
-// 16 entries so that bit 4 (the other nibble's low bit, in W0) does not matter.
-DSFLASH_AVX512 inline void fp4_to_bf16(__m256i packed, __m512i table, __m512i* w0, __m512i* w1) {
-  const __m512i bytes = _mm512_cvtepu8_epi16(packed);
-  *w0 = _mm512_permutexvar_epi16(bytes, table);
-  *w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
-}
-
-// Activation codes [rows, k] -> bf16 in the weights' lane order, [rows, npairs, 64] words (A0 = first 32,
-// A1 = last 32 of each pair); a missing last block (odd block count) is zero.
-// FP8 order (vpunpck{l,h}bw of a 64-byte load): code i of a pair -> A0[8*(i/16) + i%16] when i%16 < 8,
-// else A1[8*(i/16) + i%16 - 8].
-// FP4 order (byte j of the packed weights holds k = 2j and 2j+1): even k -> A0[k/2], odd k -> A1[k/2].
-// This converts rows [r0, r1): the FP8 order is what fp8_to_bf16 makes of the codes; the FP4 order takes
-// the even / odd k of the same lookups (vpermt2b pairs each code's low and high bf16 byte).
-DSFLASH_AVX512 void prepare_activation_rows(const Fp8Activations& x, int64_t npairs, bool fp4_order, uint16_t* out,
-                                            int64_t r0, int64_t r1) {
+// FP8 decode: activation codes [1, k] -> bf16 in the weights' lane order, [npairs, 64] words (A0 = first 32,
+// A1 = last 32 of each pair); a missing last block (odd block count) is zero. Code i of a pair ->
+// A0[8*(i/16) + i%16] when i%16 < 8, else A1[8*(i/16) + i%16 - 8]: what fp8_to_bf16 makes of the codes.
+DSFLASH_AVX512 void prepare_activation_pairs(const Fp8Activations& x, int64_t npairs, uint16_t* out) {
   const Avx512Tables& at = avx512_tables();
   const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
   const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
-  alignas(64) uint8_t even_idx[64], odd_idx[64];
-  for (int b = 0; b < 64; ++b) {
-    even_idx[b] = static_cast<uint8_t>(b % 2 == 0 ? b : 64 + b - 1);  // (lo, hi) of code 2j
-    odd_idx[b] = static_cast<uint8_t>(b % 2 == 0 ? b + 1 : 64 + b);   // (lo, hi) of code 2j+1
-  }
-  const __m512i even = _mm512_load_si512(even_idx), odd = _mm512_load_si512(odd_idx);
   const int64_t kb = x.k / 32;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* codes = x.codes + r * x.k;
-    uint16_t* dst = out + r * npairs * 64;
-    for (int64_t p = 0; p < npairs; ++p) {
-      const __m512i c = 2 * p + 1 < kb ? _mm512_loadu_si512(codes + p * 64)
-                                       : _mm512_maskz_loadu_epi8(0xffffffffull, codes + p * 64);  // lone block
-      __m512i a0, a1;
-      if (!fp4_order) {
-        fp8_to_bf16(c, lo0, lo1, hi0, hi1, &a0, &a1);
-      } else {
-        const __m512i lo = _mm512_permutex2var_epi8(lo0, c, lo1);
-        __m512i hi = _mm512_permutex2var_epi8(hi0, c, hi1);
-        hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
-        a0 = _mm512_permutex2var_epi8(lo, even, hi);
-        a1 = _mm512_permutex2var_epi8(lo, odd, hi);
-      }
-      _mm512_storeu_si512(dst + p * 64, a0);
-      _mm512_storeu_si512(dst + p * 64 + 32, a1);
-    }
+  for (int64_t p = 0; p < npairs; ++p) {
+    const __m512i c = 2 * p + 1 < kb ? _mm512_loadu_si512(x.codes + p * 64)
+                                     : _mm512_maskz_loadu_epi8(0xffffffffull, x.codes + p * 64);  // lone block
+    __m512i a0, a1;
+    fp8_to_bf16(c, lo0, lo1, hi0, hi1, &a0, &a1);
+    _mm512_storeu_si512(out + p * 64, a0);
+    _mm512_storeu_si512(out + p * 64 + 32, a1);
   }
 }
 
@@ -214,34 +186,27 @@ DSFLASH_AVX512 inline void prefetch_fp4_scales(const GemmArgs& g, int64_t tile) 
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(base + off), _MM_HINT_T0);
 }
 
-// Tiles [tile_begin, tile_end) of y. kFp4 selects the weight format.
-template <bool kFp4>
-DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+// FP8 decode (rows == 1): tiles [tile_begin, tile_end) of y.
+DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const Avx512Tables& at = avx512_tables();
   const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
   const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
-  const __m512i fp4_table = _mm512_load_si512(at.fp4);
-  const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
-  const int64_t pair_bytes = kFp4 ? 32 : 64;
+  const int64_t row_bytes = g.in;
+  const int64_t pair_bytes = 64;
 
   // Weights of output row `o`, block pair p -> W0, W1 (a lone last block reads only its own bytes).
   auto convert = [&](int64_t o, int64_t p, bool half, __m512i* w0, __m512i* w1) DSFLASH_AVX512 {
     const uint8_t* src = g.w + o * row_bytes + p * pair_bytes;
-    if constexpr (kFp4) {
-      __m256i packed = half ? _mm256_maskz_loadu_epi8(0xffff, src) : _mm256_loadu_si256((const __m256i*)src);
-      fp4_to_bf16(packed, fp4_table, w0, w1);
-    } else {
-      __m512i codes = half ? _mm512_maskz_loadu_epi8(0xffffffffull, src) : _mm512_loadu_si512(src);
-      fp8_to_bf16(codes, lo0, lo1, hi0, hi1, w0, w1);
-    }
+    __m512i codes = half ? _mm512_maskz_loadu_epi8(0xffffffffull, src) : _mm512_loadu_si512(src);
+    fp8_to_bf16(codes, lo0, lo1, hi0, hi1, w0, w1);
   };
 
   // Software prefetch: the 16 row streams of a tile defeat the hardware prefetchers (short rows end before
   // they train, long ones exceed the streams they track). While at (tile, pair p) we prefetch the bytes
   // used kPrefetchPairs pairs later in the same walk order (possibly in a later tile of this range):
-  // base of row 0 of that tile at that pair, or nullptr past the range. ~8-16 KB ahead, within L1.
-  const int64_t prefetch_pairs = kFp4 ? 2 * kPrefetchPairs : kPrefetchPairs;
+  // base of row 0 of that tile at that pair, or nullptr past the range. ~8 KB ahead, within L1.
+  const int64_t prefetch_pairs = kPrefetchPairs;
   auto prefetch_base = [&](int64_t tile, int64_t p) -> const uint8_t* {
     const int64_t q = p + prefetch_pairs;
     const int64_t t = tile + q / g.npairs;
@@ -261,12 +226,8 @@ DSFLASH_AVX512 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t ti
     for (int64_t p0 = 0; p0 < g.npairs; p0 += kChunkPairs) {
       const int64_t p1 = std::min(g.npairs, p0 + kChunkPairs);
       const int64_t b_end = std::min(2 * p1, g.kb);
-      if constexpr (kFp4) {
-        fp4_weight_scales(g, rows_o, 2 * p0, b_end, sw);
-      } else {
-        for (int64_t b = 2 * p0; b < b_end; ++b)
-          _mm512_store_ps(sw[b - 2 * p0], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]));
-      }
+      for (int64_t b = 2 * p0; b < b_end; ++b)
+        _mm512_store_ps(sw[b - 2 * p0], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]));
 
       __m512 y = p0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(store_mask, g.y + o0);
       for (int64_t p = p0; p < p1; ++p) {
@@ -695,24 +656,24 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   g.act_scales = x.scales;
   g.y = y;
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (kFp4 && x.rows == 1) {
-    std::vector<uint16_t> natural(static_cast<size_t>(in)), act(static_cast<size_t>((in + 127) / 128 * 128));
-    prepare_activation_bf16(x, natural.data(), 0, 1);
-    fp4_decode_activation_order(natural.data(), in, act.data());
-    g.act = act.data();
-    auto body = [&](int64_t begin, int64_t end, int) { fp4_decode_tiles(g, begin, end); };
-    if (pool) pool->parallel_for(tiles, body);
-    else body(0, tiles, 0);
-    return;
-  }
   if (x.rows == 1) {
-    // FP8 decode: convert and multiply in registers (block-pair lane order, horizontal reduction per pair).
-    std::vector<uint16_t> act(static_cast<size_t>(g.npairs * 64));
-    prepare_activation_rows(x, g.npairs, kFp4, act.data(), 0, 1);
-    g.act = act.data();
-    auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles<kFp4>(g, begin, end); };
-    if (pool) pool->parallel_for(tiles, body);
-    else body(0, tiles, 0);
+    auto run_tiles = [&](auto tiles_fn) {
+      auto body = [&](int64_t begin, int64_t end, int) { tiles_fn(g, begin, end); };
+      if (pool) pool->parallel_for(tiles, body);
+      else body(0, tiles, 0);
+    };
+    if constexpr (kFp4) {
+      std::vector<uint16_t> natural(static_cast<size_t>(in)), act(static_cast<size_t>((in + 127) / 128 * 128));
+      prepare_activation_bf16(x, natural.data(), 0, 1);
+      fp4_decode_activation_order(natural.data(), in, act.data());
+      g.act = act.data();
+      run_tiles(fp4_decode_tiles);
+    } else {
+      std::vector<uint16_t> act(static_cast<size_t>(g.npairs * 64));
+      prepare_activation_pairs(x, g.npairs, act.data());
+      g.act = act.data();
+      run_tiles(fp8_decode_tiles);
+    }
     return;
   }
   // Several rows: plain bf16 activations, converted weight tiles shared by all rows.

@@ -39,7 +39,10 @@ const Shape kShapes[] = {{1, 1, 32},    {1, 7, 64},     {2, 15, 96},   {3, 16, 1
                          // Multi-row path (rows >= 2): row tiles of 8 with every remainder, ragged output
                          // tiles, K over several 16-block scratch chunks (544 = 17 blocks, 2080 = 65).
                          {2, 16, 512},  {3, 129, 576},  {8, 33, 32},   {16, 300, 2080}, {31, 37, 1056},
-                         {64, 50, 544}, {64, 161, 96},  {11, 2, 608}};
+                         {64, 50, 544}, {64, 161, 96},  {11, 2, 608},
+                         // Decode (rows 1): MXFP4 groups of 4 blocks with 1-3 left over, scale chunks of
+                         // 32 blocks with a ragged tail (kb 3, 7, 17, 37).
+                         {1, 19, 96},   {1, 40, 224},   {1, 33, 544},  {1, 50, 1184}};
 
 TEST(LinearFast, ThisMachineHasAFastPath) {
   // Not a skip: the dispatcher must at least offer AVX2 on the x86-64-v3 baseline this project builds for.
