@@ -10,9 +10,9 @@
 // - FP8, rows == 1 (fp8_decode_tiles): K walked in pairs of blocks; for one output, 64 codes become two zmm
 //   of bf16 whose low 256 bits hold block b and high 256 bits block b+1 (activations prepared in the same
 //   order), a transposing reduction of 16 outputs gives P_b, P_b+1. Convert and multiply in registers.
-// - MXFP4, rows == 1 (fp4_decode_tiles): one zmm = 64 packed bytes = 4 blocks of one output; one 16x4
-//   reduction per 128 K.
-// - rows >= 2 (gemm_tiles_rows): weight tiles converted once per 32-K block into an L1 scratch laid out
+// - MXFP4, rows 1..4 (fp4_decode_tiles): one zmm = 64 packed bytes = 4 blocks of one output, converted
+//   once for all rows; one 16x4 reduction per row and 128 K.
+// - other rows >= 2 (gemm_tiles_rows): weight tiles converted once per 32-K block into an L1 scratch laid out
 //   [16 k-pairs][16 outputs] bf16 dwords; per row, 16 vdpbf16ps with broadcast activation pairs leave the
 //   block partials of 16 outputs in one zmm (no horizontal reduction); the scratch serves every row.
 // The in-block summation order differs between the decode paths and the multi-row path (only where a
@@ -546,6 +546,7 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
 constexpr int64_t kFp4DecodePrefetchGroups = 8;  // 8 x 16 rows x 64 B = 8 KB ahead
 constexpr int kFp4DecodeChunkGroups = 8;         // weight scales are transposed 32 blocks at a time
 constexpr int64_t kFp4DecodeScaleLeadGroups = 6;  // next tile's scales are fetched ~6 groups before its start
+constexpr int64_t kFp4DecodeMaxRows = 4;          // up to here one register conversion beats the scratch path
 
 // Natural bf16 activations [k] -> [ceil(k/128)][4][32] words in the order above (zero past k).
 void fp4_decode_activation_order(const uint16_t* natural, int64_t k, uint16_t* out) {
@@ -558,29 +559,45 @@ void fp4_decode_activation_order(const uint16_t* natural, int64_t k, uint16_t* o
       }
 }
 
-template <class Dot>
-DSFLASH_AVX512 inline void reduce_16x4(const Dot& dot, __m512* p) {
+// One vector per activation row (the decode path runs 1..kFp4DecodeMaxRows rows on one conversion).
+template <int R>
+struct RowVecs {
+  __m512 v[R];
+};
+
+template <int R, class Dot>
+DSFLASH_AVX512 inline void reduce_16x4(const Dot& dot, RowVecs<R>* p) {
   auto s = [&](int m) DSFLASH_AVX512 {  // outputs 2m, 2m+1: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3]
-    const __m512 a = dot(2 * m), b = dot(2 * m + 1);
-    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    const RowVecs<R> a = dot(2 * m), b = dot(2 * m + 1);
+    RowVecs<R> r;
+    for (int k = 0; k < R; ++k)
+      r.v[k] = _mm512_add_ps(_mm512_unpacklo_ps(a.v[k], b.v[k]), _mm512_unpackhi_ps(a.v[k], b.v[k]));
+    return r;
   };
   auto t = [&](int n) DSFLASH_AVX512 {  // outputs 4n..4n+3, full sums, per 128-bit lane (= block)
-    const __m512d a = _mm512_castps_pd(s(2 * n)), b = _mm512_castps_pd(s(2 * n + 1));
-    return _mm512_castps_si512(
-        _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b))));
+    const RowVecs<R> a = s(2 * n), b = s(2 * n + 1);
+    RowVecs<R> r;
+    for (int k = 0; k < R; ++k) {
+      const __m512d x = _mm512_castps_pd(a.v[k]), y = _mm512_castps_pd(b.v[k]);
+      r.v[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    return r;
   };
-  const __m512i t0 = t(0), t1 = t(1), t2 = t(2), t3 = t(3);
-  const __m512i u0 = _mm512_shuffle_i64x2(t0, t1, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m512i u1 = _mm512_shuffle_i64x2(t0, t1, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m512i u2 = _mm512_shuffle_i64x2(t2, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m512i u3 = _mm512_shuffle_i64x2(t2, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  p[0] = _mm512_castsi512_ps(_mm512_shuffle_i64x2(u0, u2, _MM_SHUFFLE(2, 0, 2, 0)));
-  p[1] = _mm512_castsi512_ps(_mm512_shuffle_i64x2(u0, u2, _MM_SHUFFLE(3, 1, 3, 1)));
-  p[2] = _mm512_castsi512_ps(_mm512_shuffle_i64x2(u1, u3, _MM_SHUFFLE(2, 0, 2, 0)));
-  p[3] = _mm512_castsi512_ps(_mm512_shuffle_i64x2(u1, u3, _MM_SHUFFLE(3, 1, 3, 1)));
+  const RowVecs<R> t0 = t(0), t1 = t(1), t2 = t(2), t3 = t(3);
+  for (int k = 0; k < R; ++k) {
+    const __m512 u0 = _mm512_shuffle_f32x4(t0.v[k], t1.v[k], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 u1 = _mm512_shuffle_f32x4(t0.v[k], t1.v[k], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512 u2 = _mm512_shuffle_f32x4(t2.v[k], t3.v[k], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 u3 = _mm512_shuffle_f32x4(t2.v[k], t3.v[k], _MM_SHUFFLE(3, 2, 3, 2));
+    p[0].v[k] = _mm512_shuffle_f32x4(u0, u2, _MM_SHUFFLE(2, 0, 2, 0));
+    p[1].v[k] = _mm512_shuffle_f32x4(u0, u2, _MM_SHUFFLE(3, 1, 3, 1));
+    p[2].v[k] = _mm512_shuffle_f32x4(u1, u3, _MM_SHUFFLE(2, 0, 2, 0));
+    p[3].v[k] = _mm512_shuffle_f32x4(u1, u3, _MM_SHUFFLE(3, 1, 3, 1));
+  }
 }
 
-// g.act: the decode-order activations of one row.
+// g.act: the decode-order activations of R rows, [R][groups][128] words; y, act_scales: R rows.
+template <int R>
 DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const __m512i table = _mm512_load_si512(avx512_tables().fp4);
@@ -601,7 +618,8 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
     int64_t rows_o[kTile];
     for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
     if (tile == tile_begin) prefetch_fp4_scales(g, tile);
-    __m512 y = _mm512_setzero_ps();
+    RowVecs<R> y;
+    for (int k = 0; k < R; ++k) y.v[k] = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < groups; g0 += kFp4DecodeChunkGroups) {
       const int64_t g1 = std::min(groups, g0 + kFp4DecodeChunkGroups);
       fp4_weight_scales(g, rows_o, 4 * g0, std::min(4 * g1, g.kb), sw);
@@ -609,8 +627,7 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
         const int nblocks = static_cast<int>(std::min<int64_t>(4, g.kb - 4 * gi));
         const __mmask64 load_mask = nblocks == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * nblocks)) - 1;
         const uint16_t* a = g.act + gi * 128;
-        const __m512i a0 = _mm512_loadu_si512(a), a1 = _mm512_loadu_si512(a + 32);
-        const __m512i a2 = _mm512_loadu_si512(a + 64), a3 = _mm512_loadu_si512(a + 96);
+        const int64_t act_stride = groups * 128;
         const uint8_t* ahead = ahead_base(tile, gi);
         // The next tile's scales: late enough that this tile's weight stream does not evict them first.
         if (gi == std::max<int64_t>(0, groups - kFp4DecodeScaleLeadGroups) && tile + 1 < tile_end)
@@ -623,21 +640,29 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
           const __m512i w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 4), table);
           const __m512i w2 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 8), table);
           const __m512i w3 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 12), table);
-          __m512 v = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)w0, (__m512bh)a0);
-          v = _mm512_dpbf16_ps(v, (__m512bh)w1, (__m512bh)a1);
-          v = _mm512_dpbf16_ps(v, (__m512bh)w2, (__m512bh)a2);
-          return _mm512_dpbf16_ps(v, (__m512bh)w3, (__m512bh)a3);
+          RowVecs<R> v;
+          for (int k = 0; k < R; ++k) {
+            const uint16_t* ak = a + k * act_stride;
+            v.v[k] = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)w0, (__m512bh)_mm512_loadu_si512(ak));
+            v.v[k] = _mm512_dpbf16_ps(v.v[k], (__m512bh)w1, (__m512bh)_mm512_loadu_si512(ak + 32));
+            v.v[k] = _mm512_dpbf16_ps(v.v[k], (__m512bh)w2, (__m512bh)_mm512_loadu_si512(ak + 64));
+            v.v[k] = _mm512_dpbf16_ps(v.v[k], (__m512bh)w3, (__m512bh)_mm512_loadu_si512(ak + 96));
+          }
+          return v;
         };
-        __m512 p[4];
-        reduce_16x4(dot, p);
+        RowVecs<R> p[4];
+        reduce_16x4<R>(dot, p);
         for (int b = 0; b < nblocks; ++b) {
           const int64_t blk = 4 * gi + b;
-          y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(p[b], _mm512_set1_ps(dt.e8m0_f32[g.act_scales[blk]])),
-                                             _mm512_load_ps(sw[blk - 4 * g0])));
+          const __m512 swb = _mm512_load_ps(sw[blk - 4 * g0]);
+          for (int k = 0; k < R; ++k)
+            y.v[k] = _mm512_add_ps(
+                y.v[k], _mm512_mul_ps(_mm512_mul_ps(p[b].v[k], _mm512_set1_ps(dt.e8m0_f32[g.act_scales[k * g.kb + blk]])),
+                                      swb));
         }
       }
     }
-    _mm512_mask_storeu_ps(g.y + o0, store_mask, y);
+    for (int k = 0; k < R; ++k) _mm512_mask_storeu_ps(g.y + k * g.out + o0, store_mask, y.v[k]);
   }
 }
 
@@ -656,24 +681,34 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   g.act_scales = x.scales;
   g.y = y;
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (x.rows == 1) {
-    auto run_tiles = [&](auto tiles_fn) {
-      auto body = [&](int64_t begin, int64_t end, int) { tiles_fn(g, begin, end); };
-      if (pool) pool->parallel_for(tiles, body);
-      else body(0, tiles, 0);
-    };
-    if constexpr (kFp4) {
-      std::vector<uint16_t> natural(static_cast<size_t>(in)), act(static_cast<size_t>((in + 127) / 128 * 128));
-      prepare_activation_bf16(x, natural.data(), 0, 1);
-      fp4_decode_activation_order(natural.data(), in, act.data());
-      g.act = act.data();
-      run_tiles(fp4_decode_tiles);
-    } else {
-      std::vector<uint16_t> act(static_cast<size_t>(g.npairs * 64));
-      prepare_activation_pairs(x, g.npairs, act.data());
-      g.act = act.data();
-      run_tiles(fp8_decode_tiles);
+  auto run_tiles = [&](auto tiles_fn) {
+    auto body = [&](int64_t begin, int64_t end, int) { tiles_fn(g, begin, end); };
+    if (pool) pool->parallel_for(tiles, body);
+    else body(0, tiles, 0);
+  };
+  if (kFp4 && x.rows <= kFp4DecodeMaxRows) {
+    // MXFP4 with few rows (decode, or the few tokens an expert gets in batched decode): one conversion
+    // in registers serves every row.
+    const int64_t groups = (in + 127) / 128;
+    std::vector<uint16_t> natural(static_cast<size_t>(x.rows * in)), act(static_cast<size_t>(x.rows * groups * 128));
+    prepare_activation_bf16(x, natural.data(), 0, x.rows);
+    for (int64_t r = 0; r < x.rows; ++r)
+      fp4_decode_activation_order(natural.data() + r * in, in, act.data() + r * groups * 128);
+    g.act = act.data();
+    switch (x.rows) {
+      case 1: run_tiles(fp4_decode_tiles<1>); break;
+      case 2: run_tiles(fp4_decode_tiles<2>); break;
+      case 3: run_tiles(fp4_decode_tiles<3>); break;
+      default: run_tiles(fp4_decode_tiles<4>); break;
     }
+    return;
+  }
+  if (!kFp4 && x.rows == 1) {
+    // FP8 decode: block-pair lane order, converted and multiplied in registers.
+    std::vector<uint16_t> act(static_cast<size_t>(g.npairs * 64));
+    prepare_activation_pairs(x, g.npairs, act.data());
+    g.act = act.data();
+    run_tiles(fp8_decode_tiles);
     return;
   }
   // Several rows: plain bf16 activations, converted weight tiles shared by all rows.
