@@ -31,7 +31,7 @@ struct Shape {
   int rows, out, in;
 };
 
-// Ragged rows 1..64, outputs off every tile size, odd block counts, and K spanning several scratch chunks.
+// Ragged rows 1..300, outputs off every tile size, odd block counts, and K spanning several scratch chunks.
 const Shape kShapes[] = {{1, 1, 32},    {1, 7, 64},     {2, 15, 96},   {3, 16, 160},  {4, 17, 32},
                          {5, 31, 224},  {6, 33, 1088},  {7, 45, 2112}, {8, 64, 256},  {9, 100, 96},
                          {12, 8, 3104}, {16, 48, 1280}, {17, 33, 544}, {1, 130, 5120}, {2, 257, 64},
@@ -42,7 +42,9 @@ const Shape kShapes[] = {{1, 1, 32},    {1, 7, 64},     {2, 15, 96},   {3, 16, 1
                          {64, 50, 544}, {64, 161, 96},  {11, 2, 608},
                          // Decode (rows 1): MXFP4 groups of 4 blocks with 1-3 left over, scale chunks of
                          // 32 blocks with a ragged tail (kb 3, 7, 17, 37).
-                         {1, 19, 96},   {1, 40, 224},   {1, 33, 544},  {1, 50, 1184}};
+                         {1, 19, 96},   {1, 40, 224},   {1, 33, 544},  {1, 50, 1184},
+                         // Prefill past one 256-row block, with enough tiles to split over outputs.
+                         {300, 130, 64}};
 
 TEST(LinearFast, ThisMachineHasAFastPath) {
   // Not a skip: the dispatcher must at least offer AVX2 on the x86-64-v3 baseline this project builds for.
