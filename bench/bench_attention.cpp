@@ -1,7 +1,8 @@
 // Attention kernels at the real model's shapes (spec/MODEL.md §1, §4.3, §4.5): sparse attention of one decode
 // query (64 heads x 512, window 128 + top-k 512 = 640 entries) and of a prefill tile (32 queries), reference
 // vs fast (1 and 2 threads); the top-k selection of the indexer (k 512 over 16K..1M scores, bf16-valued with
-// ties). Prints time per call and the kernel's arithmetic rate; a benchmark, not a test.
+// ties); the indexer's q·k dot products (64 heads x 128 against 256 keys). Prints time per call and the
+// kernel's arithmetic rate; a benchmark, not a test.
 // Run: build-<you>/bench/bench_attention [--benchmark_filter=sparse]
 #include <benchmark/benchmark.h>
 
@@ -10,6 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "formats/formats.h"
+#include "kernels/index_score.h"
 #include "kernels/sparse_attention.h"
 #include "kernels/topk.h"
 
@@ -67,6 +69,59 @@ void BM_SparseAttentionBest(benchmark::State& s) {
 }
 BENCHMARK(BM_SparseAttentionReference)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SparseAttentionBest)->Args({1, 1})->Args({1, 2})->Args({32, 2})->Unit(benchmark::kMillisecond);
+
+// Indexer q·k for one query against a block of 256 dequantised keys (64 index heads x 128): the reference's
+// in-order scalar dot per (key, head) vs 16 keys in the vector lanes (same bits, kernels/index_score.h),
+// including the packing of the keys.
+constexpr int kIndexHeads = 64;
+constexpr int64_t kIndexDim = 128, kIndexKeys = 256;
+
+struct IndexInputs {
+  std::vector<float> q, keys, packed, dots;
+  IndexInputs() {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    q.resize(static_cast<size_t>(kIndexHeads * kIndexDim));
+    for (float& v : q) v = round_to_bf16(normal(rng));
+    keys.resize(static_cast<size_t>(kIndexKeys * kIndexDim));
+    for (float& v : keys) v = round_to_bf16(normal(rng));
+    packed.resize(keys.size());
+    dots.resize(static_cast<size_t>(kIndexHeads * kIndexKeys));
+  }
+};
+
+void index_counters(benchmark::State& state) {
+  state.counters["GFLOPs"] = benchmark::Counter(static_cast<double>(2 * kIndexHeads * kIndexDim * kIndexKeys),
+                                                benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+void BM_IndexDotsInOrder(benchmark::State& state) {
+  IndexInputs in;
+  for (auto _ : state) {
+    for (int64_t j = 0; j < kIndexKeys; ++j) {
+      for (int h = 0; h < kIndexHeads; ++h) {
+        in.dots[static_cast<size_t>(j * kIndexHeads + h)] =
+            dot_in_order(&in.q[static_cast<size_t>(h * kIndexDim)], &in.keys[static_cast<size_t>(j * kIndexDim)], kIndexDim);
+      }
+    }
+    benchmark::DoNotOptimize(in.dots.data());
+  }
+  index_counters(state);
+}
+void BM_IndexDots16(benchmark::State& state) {
+  IndexInputs in;
+  for (auto _ : state) {
+    for (int64_t j = 0; j < kIndexKeys; j += kIndexKeyLanes) {
+      float* packed = &in.packed[static_cast<size_t>(j * kIndexDim)];
+      pack_index_keys(&in.keys[static_cast<size_t>(j * kIndexDim)], kIndexKeyLanes, kIndexDim, packed);
+      index_dots16(packed, in.q.data(), kIndexHeads, kIndexDim, &in.dots[static_cast<size_t>(j * kIndexHeads)]);
+    }
+    benchmark::DoNotOptimize(in.dots.data());
+  }
+  index_counters(state);
+}
+BENCHMARK(BM_IndexDotsInOrder)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_IndexDots16)->Unit(benchmark::kMicrosecond);
 
 void run_topk(benchmark::State& state, const TopkKernels& kernels) {
   const int64_t n = state.range(0);

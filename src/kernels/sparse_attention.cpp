@@ -5,8 +5,13 @@
 #include <limits>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "core/thread_pool.h"
 #include "formats/formats.h"
+#include "kernels/index_score.h"
 #include "kernels/reduce.h"
 #include "kernels/torch_exp.h"
 
@@ -15,33 +20,15 @@ namespace {
 
 constexpr float kInitialMax = -1e30f;  // the reference's running max starts here, not at -inf
 
-// fp32 dot product in K order (the scalar oracle).
-float dot_in_order(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
+constexpr int kHeadLanes = 16;  // heads per group in the fast kernel's vector lanes
 
-// fp32 dot product with 16 independent lanes (vectorisable), lanes added in order at the end.
-float dot_lanes(const float* a, const float* b, int64_t n) {
-  constexpr int kLanes = 16;
-  float lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * b[i + l];
-  }
-  float sum = 0.0f;
-  for (; i < n; ++i) sum += a[i] * b[i];
-  for (int l = 0; l < kLanes; ++l) sum += lanes[l];
-  return sum;
-}
-
-// One (query, head): the online softmax over the list in blocks of 64. `dot` picks the summation order.
+// One (query, head): the online softmax over the list in blocks of 64, given the head's scores
+// [num_entries] (s_j = (q_h · row_j) * scale, -inf for -1 entries).
 // exp evaluated as the reference's torch.exp on its [heads, block] (probabilities) and [heads] (correction,
 // sink) tensors: SLEEF on whole vector chunks, std::exp on the tail of the tensor (kernels/torch_exp.h).
-template <float (*Dot)(const float*, const float*, int64_t)>
-void attend_head(const float* q, const float* const* rows, int64_t num_entries, int64_t dim, float scale, float sink,
-                 int head, int heads, float* out, float* num, float* mm, float* probs) {
+// P·V and the num update run element-wise over dim in list order (vectorised across dim: no reordering).
+void attend_head(const float* scores, const float* const* rows, int64_t num_entries, int64_t dim, float sink, int head,
+                 int heads, float* out, float* num, float* mm, float* probs) {
   float maximum = kInitialMax;
   float denominator = 0.0f;
   std::fill(num, num + dim, 0.0f);
@@ -51,10 +38,8 @@ void attend_head(const float* q, const float* const* rows, int64_t num_entries, 
     const float* const* block = rows + begin;
     float block_max = neg_inf;
     for (int64_t j = 0; j < count; ++j) {
-      // masked_fill(-inf) comes before the scale multiply in the reference: -inf * scale = -inf.
-      const float score = block[j] != nullptr ? Dot(q, block[j], dim) * scale : neg_inf;
-      probs[j] = score;
-      block_max = std::max(block_max, score);
+      probs[j] = scores[begin + j];
+      block_max = std::max(block_max, probs[j]);
     }
     const float next_max = std::max(maximum, block_max);
     const float correction = torch_exp_element(maximum - next_max, head, heads);
@@ -75,31 +60,125 @@ void attend_head(const float* q, const float* const* rows, int64_t num_entries, 
   for (int64_t d = 0; d < dim; ++d) out[d] = round_to_bf16(num[d] / denominator);
 }
 
-template <float (*Dot)(const float*, const float*, int64_t)>
-void attend_range(const SparseAttentionArgs& a, int64_t begin, int64_t end) {
-  std::vector<float> num(static_cast<size_t>(a.dim)), mm(static_cast<size_t>(a.dim));
+// The scalar oracle: each (query, head) scored with in-order dot products, one at a time.
+void attend_reference(const SparseAttentionArgs& a, ThreadPool*) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  std::vector<float> num(static_cast<size_t>(a.dim)), mm(static_cast<size_t>(a.dim)), scores(static_cast<size_t>(a.num_entries));
   float probs[kSparseAttentionBlock];
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t query = item / a.heads;
-    const int head = static_cast<int>(item % a.heads);
-    const float* q = a.q + (query * a.heads + head) * a.dim;
-    float* out = a.out + (query * a.heads + head) * a.dim;
-    attend_head<Dot>(q, a.rows + query * a.num_entries, a.num_entries, a.dim, a.scale, a.sink[head], head, a.heads, out,
-                     num.data(), mm.data(), probs);
+  for (int64_t query = 0; query < a.num_queries; ++query) {
+    const float* const* rows = a.rows + query * a.num_entries;
+    for (int head = 0; head < a.heads; ++head) {
+      const float* q = a.q + (query * a.heads + head) * a.dim;
+      // masked_fill(-inf) comes before the scale multiply in the reference: -inf * scale = -inf.
+      for (int64_t j = 0; j < a.num_entries; ++j) {
+        scores[static_cast<size_t>(j)] = rows[j] != nullptr ? dot_in_order(q, rows[j], a.dim) * a.scale : neg_inf;
+      }
+      attend_head(scores.data(), rows, a.num_entries, a.dim, a.sink[head], head, a.heads,
+                  a.out + (query * a.heads + head) * a.dim, num.data(), mm.data(), probs);
+    }
   }
 }
 
-void attend_reference(const SparseAttentionArgs& args, ThreadPool*) {
-  attend_range<dot_in_order>(args, 0, args.num_queries * args.heads);
+// acc[i][l] = Σ_d q_t[d][l] * r[i][d] in d order, mul then add (no fma): 4 rows x 16 heads in 8 ymm chains.
+void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kHeadLanes]) {
+#if defined(__AVX2__)
+  __m256 a[4][2];
+  for (auto& v : a) v[0] = v[1] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < dim; ++d) {
+    const __m256 q0 = _mm256_loadu_ps(q_t + d * kHeadLanes);
+    const __m256 q1 = _mm256_loadu_ps(q_t + d * kHeadLanes + 8);
+    for (int i = 0; i < 4; ++i) {
+      const __m256 x = _mm256_broadcast_ss(r[i] + d);
+      a[i][0] = _mm256_add_ps(a[i][0], _mm256_mul_ps(q0, x));
+      a[i][1] = _mm256_add_ps(a[i][1], _mm256_mul_ps(q1, x));
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(acc[i], a[i][0]);
+    _mm256_storeu_ps(acc[i] + 8, a[i][1]);
+  }
+#else
+  for (int64_t d = 0; d < dim; ++d) {
+    const float* qd = q_t + d * kHeadLanes;
+    for (int i = 0; i < 4; ++i) {
+      const float x = r[i][d];
+      for (int l = 0; l < kHeadLanes; ++l) acc[i][l] += qd[l] * x;
+    }
+  }
+#endif
+}
+
+// Scores of up to 16 heads against the list, the heads in the vector lanes: q_t [dim][16] (the group's
+// queries transposed, zero lanes past the group), scores [16][num_entries]. Each lane runs dot_in_order's
+// sequence (mul, then add, in d order from 0.0f), so the scores are the oracle's bits.
+void score_head_group(const float* q_t, const float* const* rows, int64_t num_entries, int64_t dim, float scale,
+                      float* scores) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  constexpr int kRows = 4;  // rows per pass: 4 x 16 independent accumulator chains
+  int64_t present[kRows];
+  for (int64_t j = 0; j < num_entries;) {
+    int n = 0;
+    for (; j < num_entries && n < kRows; ++j) {
+      if (rows[j] == nullptr) {
+        for (int l = 0; l < kHeadLanes; ++l) scores[l * num_entries + j] = neg_inf;
+      } else {
+        present[n++] = j;
+      }
+    }
+    float acc[kRows][kHeadLanes] = {};
+    const float* r[kRows];
+    for (int i = 0; i < kRows; ++i) r[i] = i < n ? rows[present[i]] : nullptr;
+    if (n == kRows) {
+      score_four_rows(q_t, r, dim, acc);
+    } else {
+      for (int i = 0; i < n; ++i) {
+        for (int64_t d = 0; d < dim; ++d) {
+          const float* qd = q_t + d * kHeadLanes;
+          const float x = r[i][d];
+          for (int l = 0; l < kHeadLanes; ++l) acc[i][l] += qd[l] * x;
+        }
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      for (int l = 0; l < kHeadLanes; ++l) scores[l * num_entries + present[i]] = acc[i][l] * scale;
+    }
+  }
+}
+
+// Items are (query, group of 16 heads): the group's scores vectorised across heads, then each head's
+// online softmax and P·V as the oracle runs them.
+void attend_groups(const SparseAttentionArgs& a, int64_t begin, int64_t end) {
+  const int64_t groups = (a.heads + kHeadLanes - 1) / kHeadLanes;
+  std::vector<float> num(static_cast<size_t>(a.dim)), mm(static_cast<size_t>(a.dim));
+  std::vector<float> q_t(static_cast<size_t>(a.dim * kHeadLanes));
+  std::vector<float> scores(static_cast<size_t>(kHeadLanes * a.num_entries));
+  float probs[kSparseAttentionBlock];
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t query = item / groups;
+    const int head0 = static_cast<int>(item % groups) * kHeadLanes;
+    const int lanes = std::min(kHeadLanes, a.heads - head0);
+    const float* const* rows = a.rows + query * a.num_entries;
+    std::fill(q_t.begin(), q_t.end(), 0.0f);
+    for (int l = 0; l < lanes; ++l) {
+      const float* q = a.q + (query * a.heads + head0 + l) * a.dim;
+      for (int64_t d = 0; d < a.dim; ++d) q_t[static_cast<size_t>(d * kHeadLanes + l)] = q[d];
+    }
+    score_head_group(q_t.data(), rows, a.num_entries, a.dim, a.scale, scores.data());
+    for (int l = 0; l < lanes; ++l) {
+      const int head = head0 + l;
+      attend_head(&scores[static_cast<size_t>(l * a.num_entries)], rows, a.num_entries, a.dim, a.sink[head], head,
+                  a.heads, a.out + (query * a.heads + head) * a.dim, num.data(), mm.data(), probs);
+    }
+  }
 }
 
 void attend_best(const SparseAttentionArgs& args, ThreadPool* pool) {
-  const int64_t items = args.num_queries * args.heads;
+  const int64_t items = args.num_queries * ((args.heads + kHeadLanes - 1) / kHeadLanes);
   if (pool == nullptr || items < 2) {
-    attend_range<dot_lanes>(args, 0, items);
+    attend_groups(args, 0, items);
     return;
   }
-  pool->parallel_for(items, [&](int64_t begin, int64_t end, int) { attend_range<dot_lanes>(args, begin, end); });
+  pool->parallel_for(items, [&](int64_t begin, int64_t end, int) { attend_groups(args, begin, end); });
 }
 
 }  // namespace
@@ -110,7 +189,7 @@ const SparseAttentionKernels& reference_sparse_attention() {
 }
 
 const SparseAttentionKernels& best_sparse_attention() {
-  static const SparseAttentionKernels kernels{"lanes16-threads", attend_best};
+  static const SparseAttentionKernels kernels{"heads16-threads", attend_best};
   return kernels;
 }
 

@@ -45,7 +45,8 @@ struct SparseAttentionKernels {
 // The scalar oracle: dot products and P·V summed in K order (the reference uses BLAS there), the
 // denominator's Σ p_j in the reference's cascade order, single-threaded.
 const SparseAttentionKernels& reference_sparse_attention();
-// Same formula, vectorised dot products (another fp32 summation order) and threads over queries and heads.
+// The oracle's bits, faster: the scores of 16 heads at a time in the vector lanes (each lane the oracle's
+// in-order dot product), P·V vectorised over dim in list order, threads over (query, group of 16 heads).
 const SparseAttentionKernels& best_sparse_attention();
 
 }  // namespace dsflash

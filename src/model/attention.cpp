@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "formats/formats.h"
 #include "formats/quant.h"
+#include "kernels/index_score.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/sparse_attention.h"
 #include "kernels/topk.h"
@@ -70,27 +71,6 @@ float outer_cascade_sum(const float* values, int64_t n) {
   for (; i < n; ++i) acc[0] += values[i];
   for (int j = 1; j < kLevels; ++j) acc[0] += acc[j];
   return acc[0];
-}
-
-// fp32 dot product in K order (the reference path; the reference itself sums with BLAS).
-float dot_in_order(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// fp32 dot product over 16 independent lanes (vectorisable), lanes added in order at the end.
-float dot_lanes(const float* a, const float* b, int64_t n) {
-  constexpr int kLanes = 16;
-  float lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * b[i + l];
-  }
-  float sum = 0.0f;
-  for (; i < n; ++i) sum += a[i] * b[i];
-  for (int l = 0; l < kLanes; ++l) sum += lanes[l];
-  return sum;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -443,21 +423,52 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
     auto score_keys = [&](int64_t kb_begin, int64_t kb_end, int) {
       std::vector<float> key(static_cast<size_t>(kKeyBlock * id));
       std::vector<float> per_head(static_cast<size_t>(ih));
+      // fast path: the key block packed [kKeyBlock / 16][id][16] and the dots of one 16-key group [ih][16]
+      std::vector<float> packed, dots;
+      if (!ctx.reference) {
+        packed.resize(static_cast<size_t>(kKeyBlock * id));
+        dots.resize(static_cast<size_t>(ih * kIndexKeyLanes));
+      }
+      auto score = [&](const float* dot_of_head, int64_t stride, const float* wt) {
+        for (int h = 0; h < ih; ++h) {
+          const float relu = std::max(round_to_bf16(dot_of_head[h * stride]), 0.0f);
+          per_head[static_cast<size_t>(h)] = round_to_bf16(relu * wt[h]);
+        }
+        return round_to_bf16(outer_cascade_sum(per_head.data(), ih));
+      };
       for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
         const int64_t j0 = kb * kKeyBlock, j1 = std::min(width, j0 + kKeyBlock);
         for (int64_t j = j0; j < j1; ++j) source->read_index_key(j, &key[static_cast<size_t>((j - j0) * id)]);
+        if (ctx.reference) {
+          std::vector<float> dot(static_cast<size_t>(ih));
+          for (int64_t t = 0; t < tile_n; ++t) {
+            const float* qt = &q[static_cast<size_t>((tile + t) * ih * id)];
+            const float* wt = &weights[static_cast<size_t>((tile + t) * ih)];
+            for (int64_t j = j0; j < j1; ++j) {
+              const float* kj = &key[static_cast<size_t>((j - j0) * id)];
+              for (int h = 0; h < ih; ++h) dot[static_cast<size_t>(h)] = dot_in_order(qt + h * id, kj, id);
+              scores[static_cast<size_t>(t * width + j)] = score(dot.data(), 1, wt);
+            }
+          }
+          continue;
+        }
+        // Same dot products, 16 keys in the vector lanes (kernels/index_score.h): bit for bit the reference.
+        const int64_t groups = (j1 - j0 + kIndexKeyLanes - 1) / kIndexKeyLanes;
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t g0 = g * kIndexKeyLanes;
+          pack_index_keys(&key[static_cast<size_t>(g0 * id)], std::min<int64_t>(kIndexKeyLanes, j1 - j0 - g0), id,
+                          &packed[static_cast<size_t>(g0 * id)]);
+        }
         for (int64_t t = 0; t < tile_n; ++t) {
           const float* qt = &q[static_cast<size_t>((tile + t) * ih * id)];
           const float* wt = &weights[static_cast<size_t>((tile + t) * ih)];
-          for (int64_t j = j0; j < j1; ++j) {
-            const float* kj = &key[static_cast<size_t>((j - j0) * id)];
-            for (int h = 0; h < ih; ++h) {
-              const float* qh = qt + h * id;
-              const float dot = ctx.reference ? dot_in_order(qh, kj, id) : dot_lanes(qh, kj, id);
-              const float relu = std::max(round_to_bf16(dot), 0.0f);
-              per_head[static_cast<size_t>(h)] = round_to_bf16(relu * wt[h]);
+          for (int64_t g = 0; g < groups; ++g) {
+            const int64_t g0 = g * kIndexKeyLanes;
+            index_dots16(&packed[static_cast<size_t>(g0 * id)], qt, ih, id, dots.data());
+            const int64_t lanes = std::min<int64_t>(kIndexKeyLanes, j1 - j0 - g0);
+            for (int64_t l = 0; l < lanes; ++l) {
+              scores[static_cast<size_t>(t * width + j0 + g0 + l)] = score(&dots[static_cast<size_t>(l)], kIndexKeyLanes, wt);
             }
-            scores[static_cast<size_t>(t * width + j)] = round_to_bf16(outer_cascade_sum(per_head.data(), ih));
           }
         }
       }

@@ -1,9 +1,11 @@
 // Sparse attention with sink (src/kernels/sparse_attention.h): the scalar oracle against a double-precision
 // statement of the same formula, the -1 entries, the sink-only case, and the fast kernel against the oracle on
-// ragged shapes, with and without threads.
+// ragged shapes (bit for bit), with and without threads.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -152,18 +154,77 @@ TEST(SparseAttention, ProbabilitiesAreRoundedToBf16BeforePV) {
   EXPECT_EQ(got[1], round_to_bf16(num / den));
 }
 
-TEST(SparseAttention, BestMatchesReference) {
-  ThreadPool pool(2);
-  for (int64_t dim : {32, 40, 128}) {
-    for (int64_t entries : {1, 17, 64, 100, 257}) {
-      const Problem p = make_problem(4, dim, entries, 0.3, static_cast<uint32_t>(dim * 1000 + entries));
-      const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-      const std::vector<float> ref = run(p, reference_sparse_attention(), scale);
-      std::vector<double> ref_d(ref.begin(), ref.end());
-      expect_close(run(p, best_sparse_attention(), scale), ref_d, 2.0, "best");
-      expect_close(run(p, best_sparse_attention(), scale, &pool), ref_d, 2.0, "best+pool");
+void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && ++bad < 5) {
+      ADD_FAILURE() << what << " [" << i << "] " << got[i] << " vs reference " << want[i];
     }
   }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// The fast kernel keeps every operation of the oracle (scores vectorised across heads, P·V across dim), so
+// its output is the oracle's bits: head counts below, at and past the 16-head group, ragged list lengths
+// around the 64-entry blocks and the 4-row passes, -1 entries, with and without threads.
+TEST(SparseAttention, BestIsBitExactWithReference) {
+  ThreadPool pool(2);
+  for (int heads : {1, 4, 16, 17, 40}) {
+    for (int64_t dim : {32, 40, 128}) {
+      for (int64_t entries : {1, 3, 17, 64, 100, 257}) {
+        const Problem p = make_problem(heads, dim, entries, 0.3,
+                                       static_cast<uint32_t>(heads * 100000 + dim * 1000 + entries));
+        const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+        const std::vector<float> ref = run(p, reference_sparse_attention(), scale);
+        const std::string what = "heads " + std::to_string(heads) + " dim " + std::to_string(dim) + " entries " +
+                                 std::to_string(entries);
+        expect_bits_equal(run(p, best_sparse_attention(), scale), ref, "best " + what);
+        expect_bits_equal(run(p, best_sparse_attention(), scale, &pool), ref, "best+pool " + what);
+      }
+    }
+  }
+  // every entry -1: the output is zero on both paths
+  const Problem empty = make_problem(20, 32, 70, 1.0, 9);
+  expect_bits_equal(run(empty, best_sparse_attention(), 0.2f), run(empty, reference_sparse_attention(), 0.2f), "all -1");
+}
+
+// Several queries, each with its own list (one with only -1 entries), large score spreads (the running max
+// moves and the bf16 probability rounding matters).
+TEST(SparseAttention, BestIsBitExactWithReferenceOnBatches) {
+  ThreadPool pool(2);
+  const int heads = 20;
+  const int64_t dim = 64, entries = 150, queries = 3;
+  Problem p = make_problem(heads, dim, entries, 0.25, 77, 2.0f);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> q(static_cast<size_t>(queries * heads * dim));
+  for (float& v : q) v = round_to_bf16(normal(rng));
+  std::vector<const float*> rows;
+  for (int64_t t = 0; t < queries; ++t) {
+    for (int64_t j = 0; j < entries; ++j) {
+      const int64_t shuffled = (j * 7 + t * 13) % entries;
+      rows.push_back(t == 1 ? nullptr : p.rows[static_cast<size_t>(shuffled)]);
+    }
+  }
+  auto attend = [&](const SparseAttentionKernels& k, ThreadPool* with) {
+    std::vector<float> out(q.size(), -7.0f);
+    SparseAttentionArgs a;
+    a.q = q.data();
+    a.rows = rows.data();
+    a.sink = p.sink.data();
+    a.out = out.data();
+    a.num_queries = queries;
+    a.num_entries = entries;
+    a.heads = heads;
+    a.dim = dim;
+    a.scale = 0.125f;
+    k.attend(a, with);
+    return out;
+  };
+  const std::vector<float> ref = attend(reference_sparse_attention(), nullptr);
+  expect_bits_equal(attend(best_sparse_attention(), nullptr), ref, "batch");
+  expect_bits_equal(attend(best_sparse_attention(), &pool), ref, "batch+pool");
 }
 
 }  // namespace
