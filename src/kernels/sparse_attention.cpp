@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -109,10 +110,11 @@ void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float
 }
 
 // Scores of up to 16 heads against the list, the heads in the vector lanes: q_t [dim][16] (the group's
-// queries transposed, zero lanes past the group), scores [16][num_entries]. Each lane runs dot_in_order's
-// sequence (mul, then add, in d order from 0.0f), so the scores are the oracle's bits.
-void score_head_group(const float* q_t, const float* const* rows, int64_t num_entries, int64_t dim, float scale,
-                      float* scores) {
+// queries transposed, zero lanes past the group), scores [lanes][num_entries] (lanes <= 16 heads of the group).
+// Each lane runs dot_in_order's sequence (mul, then add, in d order from 0.0f), so the scores are the oracle's
+// bits.
+void score_head_group(const float* q_t, int lanes, const float* const* rows, int64_t num_entries, int64_t dim,
+                      float scale, float* scores) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   constexpr int kRows = 4;  // rows per pass: 4 x 16 independent accumulator chains
   int64_t present[kRows];
@@ -120,7 +122,7 @@ void score_head_group(const float* q_t, const float* const* rows, int64_t num_en
     int n = 0;
     for (; j < num_entries && n < kRows; ++j) {
       if (rows[j] == nullptr) {
-        for (int l = 0; l < kHeadLanes; ++l) scores[l * num_entries + j] = neg_inf;
+        for (int l = 0; l < lanes; ++l) scores[l * num_entries + j] = neg_inf;
       } else {
         present[n++] = j;
       }
@@ -140,45 +142,62 @@ void score_head_group(const float* q_t, const float* const* rows, int64_t num_en
       }
     }
     for (int i = 0; i < n; ++i) {
-      for (int l = 0; l < kHeadLanes; ++l) scores[l * num_entries + present[i]] = acc[i][l] * scale;
+      for (int l = 0; l < lanes; ++l) scores[l * num_entries + present[i]] = acc[i][l] * scale;
     }
   }
 }
 
-// Items are (query, group of 16 heads): the group's scores vectorised across heads, then each head's
-// online softmax and P·V as the oracle runs them.
-void attend_groups(const SparseAttentionArgs& a, int64_t begin, int64_t end) {
+// Phase 1 items (query, group of 16 heads): the group's scores into scores [queries][heads][num_entries].
+void score_groups(const SparseAttentionArgs& a, int64_t query0, float* scores, int64_t begin, int64_t end) {
   const int64_t groups = (a.heads + kHeadLanes - 1) / kHeadLanes;
-  std::vector<float> num(static_cast<size_t>(a.dim)), mm(static_cast<size_t>(a.dim));
   std::vector<float> q_t(static_cast<size_t>(a.dim * kHeadLanes));
-  std::vector<float> scores(static_cast<size_t>(kHeadLanes * a.num_entries));
-  float probs[kSparseAttentionBlock];
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t query = item / groups;
+    const int64_t query = query0 + item / groups;
     const int head0 = static_cast<int>(item % groups) * kHeadLanes;
     const int lanes = std::min(kHeadLanes, a.heads - head0);
-    const float* const* rows = a.rows + query * a.num_entries;
     std::fill(q_t.begin(), q_t.end(), 0.0f);
     for (int l = 0; l < lanes; ++l) {
       const float* q = a.q + (query * a.heads + head0 + l) * a.dim;
       for (int64_t d = 0; d < a.dim; ++d) q_t[static_cast<size_t>(d * kHeadLanes + l)] = q[d];
     }
-    score_head_group(q_t.data(), rows, a.num_entries, a.dim, a.scale, scores.data());
-    for (int l = 0; l < lanes; ++l) {
-      const int head = head0 + l;
-      attend_head(&scores[static_cast<size_t>(l * a.num_entries)], rows, a.num_entries, a.dim, a.sink[head], head,
-                  a.heads, a.out + (query * a.heads + head) * a.dim, num.data(), mm.data(), probs);
-    }
+    score_head_group(q_t.data(), lanes, a.rows + query * a.num_entries, a.num_entries, a.dim, a.scale,
+                     scores + ((query - query0) * a.heads + head0) * a.num_entries);
   }
 }
 
-void attend_best(const SparseAttentionArgs& args, ThreadPool* pool) {
-  const int64_t items = args.num_queries * ((args.heads + kHeadLanes - 1) / kHeadLanes);
-  if (pool == nullptr || items < 2) {
-    attend_groups(args, 0, items);
-    return;
+// Phase 2 items (query, head): the online softmax and P·V as the oracle runs them.
+void attend_heads(const SparseAttentionArgs& a, int64_t query0, const float* scores, int64_t begin, int64_t end) {
+  std::vector<float> num(static_cast<size_t>(a.dim)), mm(static_cast<size_t>(a.dim));
+  float probs[kSparseAttentionBlock];
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t query = query0 + item / a.heads;
+    const int head = static_cast<int>(item % a.heads);
+    attend_head(scores + item * a.num_entries, a.rows + query * a.num_entries, a.num_entries, a.dim, a.sink[head],
+                head, a.heads, a.out + (query * a.heads + head) * a.dim, num.data(), mm.data(), probs);
   }
-  pool->parallel_for(items, [&](int64_t begin, int64_t end, int) { attend_groups(args, begin, end); });
+}
+
+// Two phases per chunk of queries, so that threads split (query, head) items in the softmax / P·V phase even
+// for one decode query (64 heads = only 4 groups of 16 in the scoring phase). The chunk bounds the score
+// buffer [chunk, heads, num_entries] to about 4 MB.
+void attend_best(const SparseAttentionArgs& a, ThreadPool* pool) {
+  constexpr int64_t kScoreBudget = int64_t{1} << 20;  // floats
+  const int64_t groups = (a.heads + kHeadLanes - 1) / kHeadLanes;
+  const int64_t per_query = a.heads * std::max<int64_t>(a.num_entries, 1);
+  const int64_t chunk = std::clamp<int64_t>(kScoreBudget / per_query, 1, std::max<int64_t>(a.num_queries, 1));
+  std::vector<float> scores(static_cast<size_t>(chunk * per_query));
+  auto run = [&](int64_t items, const std::function<void(int64_t, int64_t, int)>& fn) {
+    if (pool == nullptr || items < 2) {
+      fn(0, items, 0);
+    } else {
+      pool->parallel_for(items, fn);
+    }
+  };
+  for (int64_t query0 = 0; query0 < a.num_queries; query0 += chunk) {
+    const int64_t n = std::min(chunk, a.num_queries - query0);
+    run(n * groups, [&](int64_t begin, int64_t end, int) { score_groups(a, query0, scores.data(), begin, end); });
+    run(n * a.heads, [&](int64_t begin, int64_t end, int) { attend_heads(a, query0, scores.data(), begin, end); });
+  }
 }
 
 }  // namespace

@@ -46,7 +46,8 @@ struct SparseAttentionKernels {
 // denominator's Σ p_j in the reference's cascade order, single-threaded.
 const SparseAttentionKernels& reference_sparse_attention();
 // The oracle's bits, faster: the scores of 16 heads at a time in the vector lanes (each lane the oracle's
-// in-order dot product), P·V vectorised over dim in list order, threads over (query, group of 16 heads).
+// in-order dot product), P·V vectorised over dim in list order; threads over (query, group of 16 heads) for
+// the scores, then over (query, head) for the softmax and P·V.
 const SparseAttentionKernels& best_sparse_attention();
 
 }  // namespace dsflash

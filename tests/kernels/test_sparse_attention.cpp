@@ -190,11 +190,10 @@ TEST(SparseAttention, BestIsBitExactWithReference) {
 }
 
 // Several queries, each with its own list (one with only -1 entries), large score spreads (the running max
-// moves and the bf16 probability rounding matters).
-TEST(SparseAttention, BestIsBitExactWithReferenceOnBatches) {
+// moves and the bf16 probability rounding matters); short lists (all queries in one score chunk) and long
+// ones (heads x entries past the fast kernel's ~1M-float score buffer: one query per chunk).
+void check_batch(int heads, int64_t dim, int64_t entries, int64_t queries) {
   ThreadPool pool(2);
-  const int heads = 20;
-  const int64_t dim = 64, entries = 150, queries = 3;
   Problem p = make_problem(heads, dim, entries, 0.25, 77, 2.0f);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -223,8 +222,14 @@ TEST(SparseAttention, BestIsBitExactWithReferenceOnBatches) {
     return out;
   };
   const std::vector<float> ref = attend(reference_sparse_attention(), nullptr);
-  expect_bits_equal(attend(best_sparse_attention(), nullptr), ref, "batch");
-  expect_bits_equal(attend(best_sparse_attention(), &pool), ref, "batch+pool");
+  const std::string what = "batch of " + std::to_string(queries) + " x " + std::to_string(entries);
+  expect_bits_equal(attend(best_sparse_attention(), nullptr), ref, what);
+  expect_bits_equal(attend(best_sparse_attention(), &pool), ref, what + " +pool");
+}
+
+TEST(SparseAttention, BestIsBitExactWithReferenceOnBatches) {
+  check_batch(20, 64, 150, 3);
+  check_batch(20, 16, 30000, 3);
 }
 
 }  // namespace
