@@ -19,11 +19,15 @@ namespace {
 
 using namespace dsflash::testing;
 
-// Tolerance of the fast path on logits (absolute). The goldens' sensitivity probe (MANIFEST.md "Sensitivity")
-// moves logits by up to 0.31 / 0.06 / 0.39 (tiny-a / b / c) after a single one-ulp change of one hidden value;
-// the fast kernels sum in other orders (SIMD lanes, threads), i.e. many such changes, and discrete steps
-// (FP8 activation quantisation, MoE and indexer top-k) turn some into jumps. 0.5 is ~7% of the logit range (~7).
-constexpr float kFastTolerance = 0.5f;
+// Tolerance of the fast path on logits (absolute). The fast attention, indexer, norm and mHC paths reproduce the
+// reference bit for bit; only the fast matmuls sum the 32 products of a K block in another order (SIMD lanes),
+// which changes a result only where a block's fp32 sum is inexact. Measured: max |d| 2.4e-3 (tiny-c), 1.4e-6
+// (tiny-a/b), no top-1 flip. The goldens' own sensitivity probe (MANIFEST.md "Sensitivity") shows one one-ulp
+// change of one hidden value moving logits by up to 0.31 / 0.06 / 0.39 (tiny-a / b / c) through discrete steps
+// (FP8 activation quantisation, top-k), so a reordering may jump further than 2.4e-3 on other inputs: 0.05
+// (0.7% of the logit range ~7) is ~20x the measured error and still catches any real defect, which moves logits
+// by O(0.1-1).
+constexpr float kFastTolerance = 0.05f;
 
 struct Runners {
   std::unique_ptr<ModelRunner> reference, fast;
