@@ -93,13 +93,17 @@ Preset tiny_preset() {
 Preset wide_preset() {
   Preset p;
   p.name = "wide";
-  p.description = "real per-layer widths (dim 5120, 64x512 heads, q_lora 1280, 8x1024 o_groups, MoE 2304) on 6 layers, "
-                  "8 experts top-6";
+  p.description = "real per-layer widths (dim 5120, 64x512 heads, q_lora 1280, 8x1024 o_groups, MoE 2304) on 8 layers "
+                  "split 4/4 into CED encoder/decoder like the released 20/20, 8 experts top-6";
   ModelConfig c = released_defaults();
   c.vocab_size = 4096;
   c.dim = 5120;
   c.moe_inter_dim = 2304;
-  c.n_layers = 6;
+  // 8 layers in the released roles' proportions, so CED prefill (encoder on every token, decoder only on the
+  // window) saves what it saves on the real model (spec/MODEL.md §5): encoder L0 SWA, L1 SWA + Engram, L2 ratio-2
+  // KV source (Full) + Engram (like the released L14), L3 Reuse; decoder from the last KV source L4 (ratio-1 KV
+  // source, candidate pool), L5 Reuse, L6 Reindex (candidate-restricted), L7 Reuse; then one DSpark layer.
+  c.n_layers = 8;
   c.n_mtp_layers = 1;
   c.n_heads = 64;
   c.n_routed_experts = 8;
@@ -110,9 +114,9 @@ Preset wide_preset() {
   c.o_groups = 8;
   c.o_lora_rank = 1024;
   c.window_size = 128;
-  c.compress_ratios = {0, 0, 2, 2, 1, 1, 0};
+  c.compress_ratios = {0, 0, 2, 2, 1, 1, 1, 1, 0};
   c.kv_source_layers = {2, 4};
-  c.index_source_layers = {2, 4, 5};
+  c.index_source_layers = {2, 4, 6};
   c.index_n_heads = 32;
   c.index_head_dim = 128;
   c.index_topk = 512;
@@ -124,7 +128,7 @@ Preset wide_preset() {
   c.engram_n_heads = 8;
   c.engram_head_dim = 256;
   c.dspark_noise_token_id = 4095;
-  c.dspark_target_layer_ids = {3, 4, 5};
+  c.dspark_target_layer_ids = {5, 6, 7};
   c.dspark_markov_rank = 256;
   c.dspark_n_routed_experts = 4;
   c.dspark_n_activated_experts = 3;

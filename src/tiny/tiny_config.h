@@ -24,7 +24,8 @@ struct Preset {
 // "tiny": goldens tiny-a's shape (12 layers, every layer role, Engram on an SWA layer and a KV source, 1 DSpark
 //         stage; seconds to write).
 // "wide": the real per-layer widths (dim 5120, 64 heads x 512, q_lora 1280, 8 x 1024 output groups, indexer
-//         32 x 128, MoE inter 2304) on 6 layers covering the roles, 8 experts top-6, small vocab and Engram tables.
+//         32 x 128, MoE inter 2304) on 8 layers covering the roles, split 4/4 into CED encoder/decoder like the
+//         released 20/20, 8 experts top-6, small vocab and Engram tables.
 // "real-kv": the real 40 layer roles and KV dims (head_dim 512, index_head_dim 128, window 128; KV sources
 //         2, 8, 14, 20): 890 global KV bytes per token, narrow everywhere else.
 std::vector<std::string> preset_names();

@@ -234,6 +234,17 @@ TEST(TinyPresets, WideHasTheReleasedWidthsAndEveryRole) {
   EXPECT_TRUE(kinds.count({1, AttentionKind::kFull}));
   EXPECT_TRUE(kinds.count({1, AttentionKind::kReindex}));
   EXPECT_TRUE(candidate_source && restricted && engram_on_kv_source && engram_on_window);
+  // A balanced CED split like the released 20/20 (spec/MODEL.md §5): half the backbone is decoder, so bounded
+  // replay prefill can skip about half the work; the decoder holds the ratio-1 KV source, a Reuse and a Reindex.
+  EXPECT_EQ(w.n_layers, 8);
+  EXPECT_EQ(w.ced_decoder_start() * 2, w.n_layers);
+  EXPECT_EQ(real->ced_decoder_start() * 2, real->n_layers);
+  std::set<AttentionKind> decoder_kinds;
+  for (const auto& role : w.roles) {
+    if (role.decoder) decoder_kinds.insert(role.attention);
+  }
+  EXPECT_EQ(decoder_kinds, (std::set<AttentionKind>{AttentionKind::kFull, AttentionKind::kReindex,
+                                                    AttentionKind::kReuse}));
   // A few GB: the tensor bytes the config implies (Engram rows estimated from the walk's start, ~primes).
   ModelConfig sized = w;
   sized.engram_num_embeddings.assign(sized.engram_layer_ids.size(),
