@@ -6,9 +6,14 @@
 //   global KV             bytes per token actually allocated (kv pages) for the longest prompt, and what reserving
 //                         a --reserve-context context allocates;
 //   decode step @ D       one batch-1 decode step at depth D split into the context-free part (matmuls, MoE, norms,
-//                         head: the step at the smallest depth) and the context-dependent part (indexer scoring +
-//                         sparse attention + candidate pool: the rest);
+//                         head: the step at the window depth) and the context-dependent part (the rest), and by
+//                         phase as timed inside the step (StepProfile, model/compute_context.h): indexer scoring +
+//                         top-k (+ candidate pool), sparse attention (row gathers + kernel), linear layers (every
+//                         matmul, with its activation quantisation), other (norms, mHC, rope, routing, Engram,
+//                         compressor arithmetic);
 //   peak RSS              getrusage maximum resident set.
+// Prefill fairness: both plans get the same prompt in the same chunks and compute logits only for the last prompt
+// position (LogitsRows::kLast: what generation needs), so the ratio compares the layer work alone.
 // --json prints the same figures as one JSON object. Timing is wall clock; a benchmark is not a test.
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
@@ -144,7 +149,8 @@ class Bench {
   }
 
   // Seconds for `steps` decode steps of `batch` copies of the prepared state (each copy in its own pages).
-  Result<double> decode(int64_t batch, int64_t steps) {
+  // profile: when not null, the steps' time by phase is added to it.
+  Result<double> decode(int64_t batch, int64_t steps, StepProfile* profile = nullptr) {
     std::vector<SequenceState> states;
     std::vector<kv::SequencePages*> pages;
     for (int64_t b = 0; b < batch; ++b) {
@@ -161,13 +167,21 @@ class Bench {
     const std::vector<int64_t> floors(static_cast<size_t>(batch), base_floor_);
     const int64_t vocab = runner_.config().vocab_size;
     std::vector<float> logits;
+    ComputeContext ctx = runner_.context();
+    StepProfile step_profile;
+    ctx.profile = profile != nullptr ? &step_profile : nullptr;
     const auto t0 = std::chrono::steady_clock::now();
+    step_profile.reset();
     for (int64_t i = 0; i < steps; ++i) {
-      Status s = plan_.decode(tokens, seqs, floors, runner_.context(), &logits);
+      Status s = plan_.decode(tokens, seqs, floors, ctx, &logits);
       if (!s.ok()) return s;
       for (int64_t b = 0; b < batch; ++b) tokens[static_cast<size_t>(b)] = argmax(logits.data() + b * vocab, vocab);
     }
     const double t = seconds_since(t0);
+    if (profile != nullptr) {
+      step_profile.flush();
+      for (int p = 0; p < kNumProfilePhases; ++p) profile->ns[p] += step_profile.ns[p];
+    }
     for (auto* p : pages) {
       Status s = kv_.release(p);
       if (!s.ok()) return s;
@@ -318,20 +332,31 @@ int run_bench(const BenchOptions& o) {
     Status s = bench.prepare_depth(depth);
     if (!s.ok()) return fail(s);
     std::vector<double> steps;
-    for (int r = 0; r < std::max(3, o.repetitions); ++r) {
-      auto t = bench.decode(1, 1);
+    StepProfile profile;
+    const int reps = std::max(3, o.repetitions);
+    for (int r = 0; r < reps; ++r) {
+      auto t = bench.decode(1, 1, &profile);
       if (!t.ok()) return fail(t.status());
       steps.push_back(*t);
     }
     const Sample step = summarize(steps);
     const double context = std::max(0.0, step.mean - base_step);
-    char text[160];
-    std::snprintf(text, sizeof(text), "%.2f ms = %.2f context-free (matmuls/MoE/head) + %.2f context (indexer + attention)",
-                  step.mean * 1e3, std::min(base_step, step.mean) * 1e3, context * 1e3);
+    // Mean ms per step of each phase.
+    auto phase_ms = [&](ProfilePhase p) { return static_cast<double>(profile.ns[static_cast<int>(p)]) * 1e-6 / reps; };
+    const double indexer = phase_ms(ProfilePhase::kIndexer), attention = phase_ms(ProfilePhase::kAttention),
+                 linear = phase_ms(ProfilePhase::kLinear), other = phase_ms(ProfilePhase::kOther);
+    char text[320];
+    std::snprintf(text, sizeof(text),
+                  "%.2f ms = %.2f context-free + %.2f context; by phase: indexer %.2f, attention %.2f, linear %.2f, "
+                  "other %.2f",
+                  step.mean * 1e3, std::min(base_step, step.mean) * 1e3, context * 1e3, indexer, attention, linear,
+                  other);
     rows.push_back({"decode step @ d" + std::to_string(depth), text});
     j["decode_step_breakdown"][std::to_string(depth)] = {
-        {"step_ms", step.mean * 1e3}, {"step_ms_sd", step.sd * 1e3},
-        {"context_free_ms", std::min(base_step, step.mean) * 1e3}, {"context_ms", context * 1e3}};
+        {"step_ms", step.mean * 1e3},  {"step_ms_sd", step.sd * 1e3},
+        {"context_free_ms", std::min(base_step, step.mean) * 1e3}, {"context_ms", context * 1e3},
+        {"indexer_ms", indexer},       {"attention_ms", attention},
+        {"linear_ms", linear},         {"other_ms", other}};
   }
 
   // Global KV actually allocated, and what reserving a long context allocates (pages are not touched).

@@ -32,6 +32,7 @@ void round_all_to_bf16(float* x, int64_t n) {
 
 // FP8 linear as model.py's linear(): act_quant (e4m3, ue8m0 per 32) then the FP8 GEMM, output rounded to bf16.
 void fp8_linear(const float* x, int64_t rows, const Fp8Weight& w, float* y, const ComputeContext& ctx) {
+  ProfileScope scope(ctx.profile, ProfilePhase::kLinear);  // with the activation quantisation
   std::vector<uint8_t> codes(static_cast<size_t>(rows * w.in)), scales(static_cast<size_t>(rows * w.in / 32));
   act_quant_block32(x, rows * w.in, codes.data(), scales.data());
   const Fp8Activations a{codes.data(), scales.data(), rows, w.in};
@@ -42,6 +43,7 @@ void fp8_linear(const float* x, int64_t rows, const Fp8Weight& w, float* y, cons
 // BF16 (or fp32-promoted) linear: fp32 sums; rounded to bf16 when the reference's output tensor is bf16.
 void bf16_linear(const float* x, int64_t rows, const Bf16Weight& w, float* y, const ComputeContext& ctx,
                  bool round_output) {
+  ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
   ctx.linear->bf16_gemm(x, rows, w, y, ctx.pool);
   if (round_output) round_all_to_bf16(y, rows * w.out);
 }
@@ -364,6 +366,7 @@ Status AttentionLayer::store_entries(const std::vector<float>& latents, const st
 Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_tokens, int64_t start_pos,
                                    const AttentionState& state, Csa2Shared& shared, const ComputeContext& ctx,
                                    AttentionTrace* trace) {
+  ProfileScope profile_scope(ctx.profile, ProfilePhase::kIndexer);  // its projections charge kLinear
   const int64_t end_pos = start_pos + num_tokens;
   const int64_t width = end_pos / ratio_;  // compressed positions of the call's last query
   const int ih = index_heads_;
@@ -752,6 +755,7 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
     args.heads = static_cast<int>(h_n);
     args.dim = d;
     args.scale = scale;
+    ProfileScope profile_scope(ctx.profile, ProfilePhase::kAttention);
     attention.attend(args, ctx.pool);
   }
 

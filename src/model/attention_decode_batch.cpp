@@ -23,6 +23,7 @@ void round_rows_to_bf16(float* x, int64_t n) {
 
 // As forward(): act_quant (e4m3, ue8m0 per 32), FP8 GEMM, output rounded to bf16.
 void fp8_rows(const float* x, int64_t rows, const Fp8Weight& w, float* y, const ComputeContext& ctx) {
+  ProfileScope scope(ctx.profile, ProfilePhase::kLinear);  // with the activation quantisation
   std::vector<uint8_t> codes(static_cast<size_t>(rows * w.in)), scales(static_cast<size_t>(rows * w.in / 32));
   act_quant_block32(x, rows * w.in, codes.data(), scales.data());
   const Fp8Activations a{codes.data(), scales.data(), rows, w.in};
@@ -88,6 +89,8 @@ Status AttentionLayer::forward_decode_batch(const float* x, int64_t batch, const
     Csa2Shared& sh = *shared[b];
     const int64_t pos = positions[b];
     const std::string row_where = where + ", row " + std::to_string(b);
+    // Sparse attention (the row gathers and the kernel); the compressor and the indexer open their own phases.
+    ProfileScope attention_scope(ctx.profile, ProfilePhase::kAttention);
     WindowRing& ring = state.window(layer_);
     ring.write(pos, &kv_codes[static_cast<size_t>(b * d)], &kv_scales[static_cast<size_t>(b * d / 32)]);
     list.assign(static_cast<size_t>(win), nullptr);
@@ -111,6 +114,7 @@ Status AttentionLayer::forward_decode_batch(const float* x, int64_t batch, const
           return Status::Error(row_where + ": compressed KV holds " + std::to_string(own ? own->num_entries() : -1) +
                                " entries at position " + std::to_string(pos) + ", expected " + std::to_string(pos / ratio_));
         }
+        ProfileScope compressor_scope(ctx.profile, ProfilePhase::kOther);
         std::vector<float> latents;
         std::vector<int64_t> groups;
         Status st = run_compressor(x_row, 1, pos, state, ctx, &latents, &groups);
@@ -176,7 +180,10 @@ Status AttentionLayer::forward_decode_batch(const float* x, int64_t batch, const
                   static_cast<size_t>(group_in) * sizeof(float));
     }
     const Bf16Weight w{wo_a_.data() + static_cast<size_t>(g) * static_cast<size_t>(o_lora_ * group_in), o_lora_, group_in};
-    ctx.linear->bf16_gemm(group_x.data(), batch, w, group_y.data(), ctx.pool);
+    {
+      ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
+      ctx.linear->bf16_gemm(group_x.data(), batch, w, group_y.data(), ctx.pool);
+    }
     round_rows_to_bf16(group_y.data(), batch * o_lora_);
     for (int64_t b = 0; b < batch; ++b) {
       std::memcpy(&oa[static_cast<size_t>(b * groups_ * o_lora_ + g * o_lora_)], &group_y[static_cast<size_t>(b * o_lora_)],

@@ -2,16 +2,86 @@
 // or the fastest this CPU runs) and the worker threads. Owned by the caller (the model runner).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+
 #include "kernels/linear.h"
 
 namespace dsflash {
 
 class ThreadPool;
 
+// Optional wall-clock split of a forward call (`dsflash bench --breakdown`), by phase. Phases are exclusive:
+// a phase opened inside another (the indexer's projections inside the indexer) charges its time to itself and
+// the time is not counted twice. Time outside every opened phase goes to kOther. Only the calling thread opens
+// phases (the pool's workers run inside them), so no locking. Numerics are untouched.
+enum class ProfilePhase : int {
+  kOther = 0,      // norms, mHC, rope, Engram lookups, compressor arithmetic, routing glue, ...
+  kLinear = 1,     // every linear layer / matmul (LinearKernels calls, with their activation quantisation)
+  kIndexer = 2,    // indexer scoring + top-k (and the candidate-pool selection), without its projections
+  kAttention = 3,  // sparse attention: window / top-k row gathers + the attention kernel
+};
+inline constexpr int kNumProfilePhases = 4;
+
+struct StepProfile {
+  int64_t ns[kNumProfilePhases] = {};
+  // Bookkeeping of the open phase (ProfileScope).
+  ProfilePhase current = ProfilePhase::kOther;
+  std::chrono::steady_clock::time_point mark = std::chrono::steady_clock::now();
+
+  int64_t total_ns() const {
+    int64_t t = 0;
+    for (int64_t v : ns) t += v;
+    return t;
+  }
+  // Charge the time since the last phase change to the open phase (call before reading the sums).
+  void flush() {
+    const auto now = std::chrono::steady_clock::now();
+    ns[static_cast<int>(current)] += std::chrono::duration_cast<std::chrono::nanoseconds>(now - mark).count();
+    mark = now;
+  }
+  // Zero the sums; the time until the next phase change is charged to kOther.
+  void reset() {
+    for (int64_t& v : ns) v = 0;
+    current = ProfilePhase::kOther;
+    mark = std::chrono::steady_clock::now();
+  }
+};
+
+// RAII: charges the time since the last phase change to the phase that was open, opens `phase`, and on exit
+// charges its own time to `phase` and reopens the previous one. A null profile costs one branch.
+class ProfileScope {
+ public:
+  ProfileScope(StepProfile* profile, ProfilePhase phase) : profile_(profile) {
+    if (profile_ == nullptr) return;
+    switch_to(phase, &saved_);
+  }
+  ~ProfileScope() {
+    if (profile_ == nullptr) return;
+    ProfilePhase ignored;
+    switch_to(saved_, &ignored);
+  }
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  void switch_to(ProfilePhase phase, ProfilePhase* previous) {
+    const auto now = std::chrono::steady_clock::now();
+    profile_->ns[static_cast<int>(profile_->current)] +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - profile_->mark).count();
+    profile_->mark = now;
+    *previous = profile_->current;
+    profile_->current = phase;
+  }
+  StepProfile* profile_;
+  ProfilePhase saved_ = ProfilePhase::kOther;
+};
+
 struct ComputeContext {
   const LinearKernels* linear = nullptr;  // reference_linear_kernels() or best_linear_kernels()
   ThreadPool* pool = nullptr;             // nullptr: single-threaded
   bool reference = false;                 // true: every other kernel takes its scalar reference path too
+  StepProfile* profile = nullptr;         // nullptr: no timing (the default)
 };
 
 }  // namespace dsflash

@@ -163,7 +163,10 @@ void Engram::forward_block(float* streams, int64_t num_tokens, const int64_t* ha
 
   // 2. wkv: [num_tokens, in] x [out, in]^T -> [num_tokens, (hc+1)*dim], rounded to bf16 (the GEMM's output dtype).
   std::vector<float> kv(static_cast<size_t>(num_tokens * out));
-  ctx.linear->fp8_gemm(Fp8Activations{codes.data(), scales.data(), num_tokens, in}, wkv_, kv.data(), ctx.pool);
+  {
+    ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
+    ctx.linear->fp8_gemm(Fp8Activations{codes.data(), scales.data(), num_tokens, in}, wkv_, kv.data(), ctx.pool);
+  }
 
   // 3. Gate per (token, stream) and residual update, all in fp32; the streams come back as bf16 values.
   const float eps = static_cast<float>(eps_);

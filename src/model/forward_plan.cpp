@@ -97,7 +97,10 @@ void head_rows(const ModelWeights& weights, const Streams& s, int64_t first, int
          s.pre_mix.data() + first * shape.hc, x.data());
   rmsnorm_bf16(x.data(), count, shape.dim, weights.final_norm(), shape.norm_eps, x.data(), ctx.pool);
   logits->assign(static_cast<size_t>(count * weights.config().vocab_size), 0.0f);
-  if (count > 0) ctx.linear->bf16_gemm(x.data(), count, weights.head(), logits->data(), ctx.pool);
+  if (count > 0) {
+    ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
+    ctx.linear->bf16_gemm(x.data(), count, weights.head(), logits->data(), ctx.pool);
+  }
 }
 
 Status check_tokens(const ModelConfig& config, const int32_t* tokens, int64_t n, int64_t start_pos) {

@@ -97,7 +97,10 @@ Result<MoeLayer> MoeLayer::bind(const Checkpoint& checkpoint, const std::string&
 void MoeLayer::route(const float* x, int64_t num_tokens, const ComputeContext& ctx, MoeRouting* routing) const {
   const int num_experts = this->num_experts();
   std::vector<float> scores(static_cast<size_t>(num_tokens * num_experts));
-  ctx.linear->bf16_gemm(x, num_tokens, gate_, scores.data(), ctx.pool);
+  {
+    ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
+    ctx.linear->bf16_gemm(x, num_tokens, gate_, scores.data(), ctx.pool);
+  }
   routing->k = top_k_;
   routing->experts.assign(static_cast<size_t>(num_tokens * top_k_), 0);
   routing->weights.assign(static_cast<size_t>(num_tokens * top_k_), 0.0f);
@@ -157,7 +160,7 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
   const Fp8Activations x{row_codes.data(), row_scales.data(), n, dim_};
   std::vector<float> gate(static_cast<size_t>(n * inter_dim_));
   std::vector<float> up(static_cast<size_t>(n * inter_dim_));
-  if (expert.fp4) {
+  if (ProfileScope scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {
     ctx.linear->fp4_gemm(x, expert.w1_fp4, gate.data(), ctx.pool);
     ctx.linear->fp4_gemm(x, expert.w3_fp4, up.data(), ctx.pool);
   } else {
@@ -184,7 +187,7 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
   act_quant_block32(gate.data(), n * inter_dim_, h_codes.data(), h_scales.data());
   const Fp8Activations h{h_codes.data(), h_scales.data(), n, inter_dim_};
   std::vector<float> out(static_cast<size_t>(n * dim_));
-  if (expert.fp4) {
+  if (ProfileScope scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {
     ctx.linear->fp4_gemm(h, expert.w2_fp4, out.data(), ctx.pool);
   } else {
     ctx.linear->fp8_gemm(h, expert.w2_fp8, out.data(), ctx.pool);

@@ -106,6 +106,7 @@ Status Transformer::forward(const int32_t* tokens, int64_t num_tokens, SequenceS
     const int64_t count = rows == LogitsRows::kNone ? 0 : num_tokens - first;
     logits->assign(static_cast<size_t>(count * config.vocab_size), 0.0f);
     if (count > 0) {
+      ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
       ctx.linear->bf16_gemm(x.data() + first * dim, count, weights_.head(), logits->data(), ctx.pool);
     }
   }

@@ -3,6 +3,7 @@
 // equals one chunk in both modes; a batched decode step equals each sequence alone; paged global KV equals owned.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -162,6 +163,41 @@ TEST_P(PlanTest, BatchedDecodeEqualsEachSequenceAlone) {
       tokens[i] = argmax(alone.data(), vocab);
     }
   }
+}
+
+// StepProfile (dsflash bench --breakdown) times the decode phases without changing a bit of the result; every
+// phase a compressed model has gets time, and the phases add up to (at most) the step's wall time.
+TEST_P(PlanTest, ProfiledDecodeIsBitIdenticalAndTimesEveryPhase) {
+  const ModelRunner& runner = *runner_;
+  ForwardPlan plan(runner.weights());
+  const int64_t n = static_cast<int64_t>(prompt_.size());
+  const int64_t vocab = runner.config().vocab_size;
+  auto seq = runner.new_sequence();
+  ASSERT_TRUE(seq.ok());
+  ChunkLogits out;
+  ASSERT_TRUE(plan.prefill(prompt_.data(), n, n, *seq, runner.context(), replay(), LogitsRows::kLast, &out).ok());
+  SequenceState plain = *seq, profiled = std::move(*seq);
+  const int64_t floor = replay_start(runner.config(), replay(), n);
+  ComputeContext ctx = runner.context();
+  StepProfile profile;
+  ctx.profile = &profile;
+  int32_t token = argmax(out.logits.data(), vocab);
+  const auto t0 = std::chrono::steady_clock::now();
+  profile.reset();
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> a, b;
+    ASSERT_TRUE(plan.decode({token}, {&plain}, {floor}, runner.context(), &a).ok());
+    ASSERT_TRUE(plan.decode({token}, {&profiled}, {floor}, ctx, &b).ok());
+    EXPECT_EQ(count_mismatches(a, b), 0) << "step " << step;
+    token = argmax(a.data(), vocab);
+  }
+  profile.flush();
+  const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  for (ProfilePhase p : {ProfilePhase::kOther, ProfilePhase::kLinear, ProfilePhase::kIndexer, ProfilePhase::kAttention}) {
+    EXPECT_GT(profile.ns[static_cast<int>(p)], 0) << "phase " << static_cast<int>(p);
+  }
+  EXPECT_LE(profile.total_ns(), wall);
+  EXPECT_EQ(profile.current, ProfilePhase::kOther);  // every scope closed
 }
 
 TEST_P(PlanTest, PagedGlobalKvEqualsOwnedVectors) {
