@@ -63,6 +63,10 @@ float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint3
 
 float round_to_bf16(float value) { return bf16_to_f32(f32_to_bf16(value)); }
 
+void round_to_bf16_inplace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
+}
+
 uint8_t f32_to_e4m3(float value) { return encode_e4m3(value); }
 
 float e4m3_to_f32(uint8_t code) { return kE4m3Values[code]; }

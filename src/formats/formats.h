@@ -11,6 +11,8 @@ uint16_t f32_to_bf16(float value);
 float bf16_to_f32(uint16_t bits);
 // Rounds an fp32 value to the nearest bf16-representable value (result still fp32).
 float round_to_bf16(float value);
+// Rounds x[0..n) in place to bf16-representable values.
+void round_to_bf16_inplace(float* x, int64_t n);
 
 // FP8 e4m3 "fn" (OCP): bias 7, no infinities, max finite ±448, 0x7f/0xff = NaN.
 // f32_to_e4m3 rounds to nearest even and saturates finite values beyond ±448 to ±448 (callers clamp first,

@@ -1,6 +1,7 @@
 // Attention of one layer (spec/MODEL.md §4.3-§4.6), following model.py's Attention, Compressor and Indexer
 // step by step; the rounding points are those of the reference (bf16 tensors between ops, fp32 inside).
 #include "model/attention.h"
+#include "model/linear_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,26 +27,12 @@ constexpr float kPosInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kQueryTile = 32;   // queries per tile (bounds the per-call buffers on long prefills)
 constexpr int64_t kKeyBlock = 256;   // indexer keys dequantised per block
 
-void round_all_to_bf16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
-}
-
-// FP8 linear as model.py's linear(): act_quant (e4m3, ue8m0 per 32) then the FP8 GEMM, output rounded to bf16.
-void fp8_linear(const float* x, int64_t rows, const Fp8Weight& w, float* y, const ComputeContext& ctx) {
-  ProfileScope scope(ctx.profile, ProfilePhase::kLinear);  // with the activation quantisation
-  std::vector<uint8_t> codes(static_cast<size_t>(rows * w.in)), scales(static_cast<size_t>(rows * w.in / 32));
-  act_quant_block32(x, rows * w.in, codes.data(), scales.data());
-  const Fp8Activations a{codes.data(), scales.data(), rows, w.in};
-  ctx.linear->fp8_gemm(a, w, y, ctx.pool);
-  round_all_to_bf16(y, rows * w.out);
-}
-
 // BF16 (or fp32-promoted) linear: fp32 sums; rounded to bf16 when the reference's output tensor is bf16.
 void bf16_linear(const float* x, int64_t rows, const Bf16Weight& w, float* y, const ComputeContext& ctx,
                  bool round_output) {
   ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
   ctx.linear->bf16_gemm(x, rows, w, y, ctx.pool);
-  if (round_output) round_all_to_bf16(y, rows * w.out);
+  if (round_output) round_to_bf16_inplace(y, rows * w.out);
 }
 
 // PyTorch's CPU cascade sum over a reduced dimension that is not the innermost one (multi_row_sum): blocks of
@@ -385,7 +372,7 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
   }
   // q_I = MXFP4(rope(wq_b(qr))) per head; w = bf16(weights_proj(x)) * (id^-0.5 * ih^-0.5) -> bf16.
   std::vector<float> q(static_cast<size_t>(num_tokens * ih * id));
-  fp8_linear(qr, num_tokens, index_wq_b_, q.data(), ctx);
+  fp8_linear_bf16(qr, num_tokens, index_wq_b_, q.data(), ctx);
   {
     const size_t half = static_cast<size_t>(rope_dim_ / 2);
     std::vector<float> c(half), s(half);
@@ -598,17 +585,17 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
 
   // q path: qr = q_norm(wq_a(x)) [T, q_lora]; q = rope(wq_b(qr)) [T, H, D].
   std::vector<float> qr(static_cast<size_t>(t_n * q_lora_));
-  fp8_linear(x, t_n, wq_a_, qr.data(), ctx);
+  fp8_linear_bf16(x, t_n, wq_a_, qr.data(), ctx);
   rmsnorm_bf16(qr.data(), t_n, q_lora_, q_norm_, eps_, qr.data(), ctx.pool);
   std::vector<float> q(static_cast<size_t>(t_n * h_n * d));
-  fp8_linear(qr.data(), t_n, wq_b_, q.data(), ctx);
+  fp8_linear_bf16(qr.data(), t_n, wq_b_, q.data(), ctx);
   for (int64_t t = 0; t < t_n; ++t) {
     for (int64_t h = 0; h < h_n; ++h) rope_.rotate(&q[static_cast<size_t>((t * h_n + h) * d + d - rd)], &cos_t[t * half], &sin_t[t * half]);
   }
 
   // The single latent K = V: kv = FP8(rope(kv_norm(wkv(x)))) [T, D]; codes/scales are the window ring's bytes.
   std::vector<float> kv(static_cast<size_t>(t_n * d));
-  fp8_linear(x, t_n, wkv_, kv.data(), ctx);
+  fp8_linear_bf16(x, t_n, wkv_, kv.data(), ctx);
   rmsnorm_bf16(kv.data(), t_n, d, kv_norm_, eps_, kv.data(), ctx.pool);
   for (int64_t t = 0; t < t_n; ++t) rope_.rotate(&kv[static_cast<size_t>(t * d + d - rd)], &cos_t[t * half], &sin_t[t * half]);
   std::vector<uint8_t> kv_codes(static_cast<size_t>(t_n * d)), kv_scales(static_cast<size_t>(t_n * d / 32));
@@ -781,7 +768,7 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
                   static_cast<size_t>(o_lora_) * sizeof(float));
     }
   }
-  fp8_linear(oa.data(), t_n, wo_b_, out, ctx);
+  fp8_linear_bf16(oa.data(), t_n, wo_b_, out, ctx);
   return Status::Ok();
 }
 

@@ -13,26 +13,9 @@
 #include "kernels/sparse_attention.h"
 #include "model/attention.h"
 #include "model/attention_state.h"
+#include "model/linear_ops.h"
 
 namespace dsflash {
-namespace {
-
-void round_rows_to_bf16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
-}
-
-// As forward(): act_quant (e4m3, ue8m0 per 32), FP8 GEMM, output rounded to bf16.
-void fp8_rows(const float* x, int64_t rows, const Fp8Weight& w, float* y, const ComputeContext& ctx) {
-  ProfileScope scope(ctx.profile, ProfilePhase::kLinear);  // with the activation quantisation
-  std::vector<uint8_t> codes(static_cast<size_t>(rows * w.in)), scales(static_cast<size_t>(rows * w.in / 32));
-  act_quant_block32(x, rows * w.in, codes.data(), scales.data());
-  const Fp8Activations a{codes.data(), scales.data(), rows, w.in};
-  ctx.linear->fp8_gemm(a, w, y, ctx.pool);
-  round_rows_to_bf16(y, rows * w.out);
-}
-
-}  // namespace
-
 Status AttentionLayer::forward_decode_batch(const float* x, int64_t batch, const int64_t* positions,
                                             AttentionState* const* states, Csa2Shared* const* shared,
                                             const ComputeContext& ctx, float* out) {
@@ -61,16 +44,16 @@ Status AttentionLayer::forward_decode_batch(const float* x, int64_t batch, const
 
   // q path for all rows: qr = q_norm(wq_a(x)) [B, q_lora]; q = rope(wq_b(qr)) [B, H, D].
   std::vector<float> qr(static_cast<size_t>(batch * q_lora_));
-  fp8_rows(x, batch, wq_a_, qr.data(), ctx);
+  fp8_linear_bf16(x, batch, wq_a_, qr.data(), ctx);
   rmsnorm_bf16(qr.data(), batch, q_lora_, q_norm_, eps_, qr.data(), ctx.pool);
   std::vector<float> q(static_cast<size_t>(batch * h_n * d));
-  fp8_rows(qr.data(), batch, wq_b_, q.data(), ctx);
+  fp8_linear_bf16(qr.data(), batch, wq_b_, q.data(), ctx);
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < h_n; ++h) rope_.rotate(&q[static_cast<size_t>((b * h_n + h) * d + d - rd)], &cos_t[b * half], &sin_t[b * half]);
   }
   // The latent K = V for all rows, FP8 window-ring bytes.
   std::vector<float> kv(static_cast<size_t>(batch * d));
-  fp8_rows(x, batch, wkv_, kv.data(), ctx);
+  fp8_linear_bf16(x, batch, wkv_, kv.data(), ctx);
   rmsnorm_bf16(kv.data(), batch, d, kv_norm_, eps_, kv.data(), ctx.pool);
   for (int64_t b = 0; b < batch; ++b) rope_.rotate(&kv[static_cast<size_t>(b * d + d - rd)], &cos_t[b * half], &sin_t[b * half]);
   std::vector<uint8_t> kv_codes(static_cast<size_t>(batch * d)), kv_scales(static_cast<size_t>(batch * d / 32));
@@ -184,13 +167,13 @@ Status AttentionLayer::forward_decode_batch(const float* x, int64_t batch, const
       ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
       ctx.linear->bf16_gemm(group_x.data(), batch, w, group_y.data(), ctx.pool);
     }
-    round_rows_to_bf16(group_y.data(), batch * o_lora_);
+    round_to_bf16_inplace(group_y.data(), batch * o_lora_);
     for (int64_t b = 0; b < batch; ++b) {
       std::memcpy(&oa[static_cast<size_t>(b * groups_ * o_lora_ + g * o_lora_)], &group_y[static_cast<size_t>(b * o_lora_)],
                   static_cast<size_t>(o_lora_) * sizeof(float));
     }
   }
-  fp8_rows(oa.data(), batch, wo_b_, out, ctx);
+  fp8_linear_bf16(oa.data(), batch, wo_b_, out, ctx);
   return Status::Ok();
 }
 

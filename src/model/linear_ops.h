@@ -1,0 +1,18 @@
+// The linear layers as model.py's linear() runs them on the model's activations (spec/MODEL.md §4.9):
+// FP8 weights take act_quant'ed activations (e4m3, ue8m0 per 32) and return bf16 (the reference's default dtype).
+#pragma once
+
+#include "formats/formats.h"
+#include "kernels/linear.h"
+#include "model/compute_context.h"
+
+namespace dsflash {
+
+// y [rows, w.out] = bf16(x [rows, w.in] · Wᵀ) for an FP8 weight.
+inline void fp8_linear_bf16(const float* x, int64_t rows, const Fp8Weight& w, float* y, const ComputeContext& ctx) {
+  ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
+  linear_fp8(x, rows, w, y, *ctx.linear, ctx.pool);
+  round_to_bf16_inplace(y, rows * w.out);
+}
+
+}  // namespace dsflash
