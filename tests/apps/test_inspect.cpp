@@ -9,44 +9,27 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/cli_run.h"
 #include "commands.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 
-struct InspectRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using dsflash::testing::CliRun;
 
-// Parses and runs `args` (argv without the program name) with stdout/stderr captured.
-InspectRun run_inspect(std::vector<std::string> args) {
-  CLI::App app{"dsflash"};
-  app.require_subcommand(1);
-  InspectRun r;
-  r.exit_code = 0;
-  dsflash::cli::add_inspect_command(app, &r.exit_code);
-  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
-  std::ostringstream out, err;
-  auto* old_out = std::cout.rdbuf(out.rdbuf());
-  auto* old_err = std::cerr.rdbuf(err.rdbuf());
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    r.exit_code = app.exit(e);
-  }
-  std::cout.rdbuf(old_out);
-  std::cerr.rdbuf(old_err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
+CliRun run_inspect(std::vector<std::string> args) {
+  return dsflash::testing::run_cli_commands(
+      [](CLI::App& app, int* exit_code) {
+        dsflash::cli::add_inspect_command(app, exit_code);
+      },
+      std::move(args));
 }
 
 const std::string kShared = DSFLASH_SHARED_DIR;
 
 TEST(Inspect, RealConfigJsonWithExpectedTensors) {
-  InspectRun r = run_inspect({"inspect", "--config", kShared + "/spec/config_v41_flash.json", "--json", "--expected-tensors"});
+  CliRun r = run_inspect({"inspect", "--config", kShared + "/spec/config_v41_flash.json", "--json", "--expected-tensors"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["global_kv_bytes_per_token"], 890);
@@ -60,15 +43,15 @@ TEST(Inspect, RealConfigJsonWithExpectedTensors) {
 }
 
 TEST(Inspect, FlatConfigGivesTheSameJson) {
-  InspectRun root = run_inspect({"inspect", "--config", kShared + "/spec/config_v41_flash.json", "--json"});
-  InspectRun flat = run_inspect({"inspect", "--config", kShared + "/spec/inference_config_v41_flash.json", "--json"});
+  CliRun root = run_inspect({"inspect", "--config", kShared + "/spec/config_v41_flash.json", "--json"});
+  CliRun flat = run_inspect({"inspect", "--config", kShared + "/spec/inference_config_v41_flash.json", "--json"});
   ASSERT_EQ(root.exit_code, 0);
   ASSERT_EQ(flat.exit_code, 0);
   EXPECT_EQ(root.out, flat.out);
 }
 
 TEST(Inspect, GoldenCheckpointText) {
-  InspectRun r = run_inspect({"inspect", "-m", kShared + "/goldens/tiny-b/checkpoint"});
+  CliRun r = run_inspect({"inspect", "-m", kShared + "/goldens/tiny-b/checkpoint"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("Checkpoint tensors: 1,225 tensors, 12,500,337 bytes"));
   EXPECT_THAT(r.out, HasSubstr("I8"));
@@ -77,13 +60,13 @@ TEST(Inspect, GoldenCheckpointText) {
 }
 
 TEST(Inspect, ErrorsAreOneLineWithExitCodes) {
-  InspectRun missing = run_inspect({"inspect", "-m", "/nonexistent-dsflash-model"});
+  CliRun missing = run_inspect({"inspect", "-m", "/nonexistent-dsflash-model"});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("/nonexistent-dsflash-model"));
   EXPECT_TRUE(missing.out.empty());
-  InspectRun neither = run_inspect({"inspect"});
+  CliRun neither = run_inspect({"inspect"});
   EXPECT_EQ(neither.exit_code, 2);
-  InspectRun both = run_inspect({"inspect", "-m", "a", "--config", "b"});
+  CliRun both = run_inspect({"inspect", "-m", "a", "--config", "b"});
   EXPECT_EQ(both.exit_code, 2);
 }
 

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/cli_run.h"
 #include "commands.h"
 #include "io/safetensors.h"
 #include "model/golden_tensors.h"
@@ -22,32 +23,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using dsflash::testing::CliRun;
 
 CliRun run_cli(std::vector<std::string> args) {
-  CLI::App app{"dsflash"};
-  app.require_subcommand(1);
-  CliRun r;
-  r.exit_code = 0;
-  dsflash::cli::add_logits_command(app, &r.exit_code);
-  dsflash::cli::add_generate_command(app, &r.exit_code);
-  std::reverse(args.begin(), args.end());
-  std::ostringstream out, err;
-  auto* old_out = std::cout.rdbuf(out.rdbuf());
-  auto* old_err = std::cerr.rdbuf(err.rdbuf());
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    r.exit_code = app.exit(e);
-  }
-  std::cout.rdbuf(old_out);
-  std::cerr.rdbuf(old_err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
+  return dsflash::testing::run_cli_commands(
+      [](CLI::App& app, int* exit_code) {
+        dsflash::cli::add_logits_command(app, exit_code);
+        dsflash::cli::add_generate_command(app, exit_code);
+      },
+      std::move(args));
 }
 
 std::string join(const std::vector<int64_t>& ids, size_t count) {

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "apps/cli_run.h"
 #include "commands.h"
 #include "io/checkpoint.h"
 
@@ -19,31 +20,14 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using dsflash::testing::CliRun;
 
 CliRun run_make_tiny(std::vector<std::string> args) {
-  CLI::App app{"dsflash"};
-  app.require_subcommand(1);
-  CliRun r;
-  r.exit_code = 0;
-  dsflash::cli::add_make_tiny_command(app, &r.exit_code);
-  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
-  std::ostringstream out, err;
-  auto* old_out = std::cout.rdbuf(out.rdbuf());
-  auto* old_err = std::cerr.rdbuf(err.rdbuf());
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    r.exit_code = app.exit(e);
-  }
-  std::cout.rdbuf(old_out);
-  std::cerr.rdbuf(old_err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
+  return dsflash::testing::run_cli_commands(
+      [](CLI::App& app, int* exit_code) {
+        dsflash::cli::add_make_tiny_command(app, exit_code);
+      },
+      std::move(args));
 }
 
 class MakeTinyCli : public ::testing::Test {
