@@ -88,8 +88,7 @@ Preset tiny_preset() {
   return p;
 }
 
-// Real per-layer widths on 6 layers: L0 SWA, L1 SWA + Engram, L2 ratio-2 Full (KV source) + Engram,
-// L3 ratio-2 Reuse, L4 ratio-1 Full (candidate pool; the CED decoder starts here), L5 Reindex; 1 DSpark stage.
+// Real per-layer widths on 8 layers split 4/4 into CED encoder and decoder (roles in the body); 1 DSpark stage.
 Preset wide_preset() {
   Preset p;
   p.name = "wide";
