@@ -1,5 +1,7 @@
 // `dsflash generate`: prefill a prompt (text through the checkpoint's tokenizer, or token ids), then sample
 // up to N tokens, streaming text to stdout as it is produced (token ids with --ids). Stops at the EOS id.
+// Prefill and decode use the default CED plan (decoder bounded replay, spec/MODEL.md §5); --exact runs the
+// official full forward instead.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "model/forward_plan.h"
 #include "model/model_runner.h"
 #include "model/sampler.h"
 #include "token_ids.h"
@@ -23,7 +26,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     std::string model_dir, prompt, tokens, tokens_file;
     int64_t max_tokens = 64;
     SamplingParams sampling;
-    bool reference = false, ids = false, stats = false;
+    bool reference = false, ids = false, stats = false, exact = false;
     int threads = 0;
   };
   auto options = std::make_shared<Options>();
@@ -40,6 +43,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--ids", options->ids, "print token ids (one per line) instead of text");
   cmd->add_flag("--stats", options->stats, "print prefill/decode timings to stderr");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
+  cmd->add_flag("--exact", options->exact, "official full forward (all layers on all prompt tokens)");
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
   cmd->callback([options, exit_code] {
     auto fail = [exit_code](const Status& s) {
@@ -84,8 +88,20 @@ void add_generate_command(CLI::App& app, int* exit_code) {
 
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
+    const ForwardPlan plan(model.weights());
+    const PrefillOptions plan_options;  // bounded replay, tail = the window
+    const int64_t prompt_length = static_cast<int64_t>(prompt.size());
+    const int64_t floor = options->exact ? 0 : replay_start(model.config(), plan_options, prompt_length);
     std::vector<float> logits;
-    Status s = model.forward(prompt, *seq, LogitsRows::kLast, &logits);
+    Status s;
+    if (options->exact) {
+      s = model.forward(prompt, *seq, LogitsRows::kLast, &logits);
+    } else {
+      ChunkLogits chunk;
+      s = plan.prefill(prompt.data(), prompt_length, prompt_length, *seq, model.context(), plan_options,
+                       LogitsRows::kLast, &chunk);
+      logits = std::move(chunk.logits);
+    }
     if (!s.ok()) return fail(s);
     const auto t1 = Clock::now();
     int64_t produced = 0;
@@ -98,7 +114,8 @@ void add_generate_command(CLI::App& app, int* exit_code) {
         std::cout << id << "\n" << std::flush;
       }
       if (id == model.config().eos_token_id || produced == options->max_tokens) break;
-      s = model.forward({id}, *seq, LogitsRows::kLast, &logits);
+      s = options->exact ? model.forward({id}, *seq, LogitsRows::kLast, &logits)
+                         : plan.decode({id}, {&*seq}, {floor}, model.context(), &logits);
       if (!s.ok()) return fail(s);
     }
     if (text) std::cout << detok->finish() << "\n";
