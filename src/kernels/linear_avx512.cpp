@@ -828,18 +828,8 @@ DSFLASH_AVX512 void bf16_groups(const float* x, int64_t rows, const Bf16Weight& 
 }
 
 void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool) {
-  if (rows <= 0 || w.out <= 0) return;
-  const int64_t groups = (w.out + 3) / 4;
-  if (pool && rows > 1 && groups < 16 * pool->num_threads()) {
-    // Few outputs, several rows: split the rows instead.
-    pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
-      bf16_groups(x + r0 * w.in, r1 - r0, w, y + r0 * w.out, 0, groups);
-    });
-    return;
-  }
-  auto body = [&](int64_t begin, int64_t end, int) { bf16_groups(x, rows, w, y, begin, end); };
-  if (pool) pool->parallel_for(groups, body, 8);
-  else body(0, groups, 0);
+  run_bf16_gemm(x, rows, w, y, pool, [](const float* xs, int64_t n, const Bf16Weight& wt, float* ys, int64_t g0,
+                                        int64_t g1) { bf16_groups(xs, n, wt, ys, g0, g1); });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "kernels/linear.h"
 
 namespace dsflash::linear_impl {
@@ -16,5 +17,24 @@ const LinearKernels* avx512_kernels();
 
 // Every table this CPU runs, fastest first (always ends with the reference).
 std::vector<const LinearKernels*> available_kernels();
+
+// Threading of the BF16 GEMMs, shared by the ISA files: outputs in groups of 4, split over threads in chunks
+// of 8 groups; with few outputs and several rows, the rows are split instead.
+// groups_fn(x, rows, w, y, group_begin, group_end) computes y's outputs [4*group_begin, 4*group_end).
+template <class GroupsFn>
+void run_bf16_gemm(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool,
+                   GroupsFn groups_fn) {
+  if (rows <= 0 || w.out <= 0) return;
+  const int64_t groups = (w.out + 3) / 4;
+  if (pool && rows > 1 && groups < 16 * pool->num_threads()) {
+    pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
+      groups_fn(x + r0 * w.in, r1 - r0, w, y + r0 * w.out, 0, groups);
+    });
+    return;
+  }
+  auto body = [&](int64_t begin, int64_t end, int) { groups_fn(x, rows, w, y, begin, end); };
+  if (pool) pool->parallel_for(groups, body, 8);
+  else body(0, groups, 0);
+}
 
 }  // namespace dsflash::linear_impl

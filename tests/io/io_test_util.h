@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+#include "io/model_config.h"
+
 namespace dsflash::testing {
 
 inline std::string shared_dir() { return DSFLASH_SHARED_DIR; }
@@ -50,6 +52,13 @@ class ScratchDir {
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Loads a config, failing the current test (not aborting it) when it does not load.
+inline ModelConfig load_config(const std::string& path) {
+  auto c = ModelConfig::load(path);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? c.value() : ModelConfig{};
 }
 
 }  // namespace dsflash::testing

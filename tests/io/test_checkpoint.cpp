@@ -19,15 +19,10 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::golden_checkpoint;
+using testing::load_config;
 using testing::read_text;
 using testing::ScratchDir;
 using testing::spec_path;
-
-ModelConfig load_config(const std::string& path) {
-  auto c = ModelConfig::load(path);
-  EXPECT_TRUE(c.ok()) << c.status().message();
-  return c.ok() ? c.value() : ModelConfig{};
-}
 
 TEST(ExpectedTensors, RealConfigGivesThePinnedCountAndBytes) {
   ModelConfig c = load_config(spec_path("config_v41_flash.json"));

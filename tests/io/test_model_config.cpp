@@ -15,18 +15,13 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::golden_checkpoint;
+using testing::load_config;
 using testing::read_text;
 using testing::ScratchDir;
 using testing::spec_path;
 
-ModelConfig load_or_die(const std::string& path) {
-  auto c = ModelConfig::load(path);
-  EXPECT_TRUE(c.ok()) << c.status().message();
-  return c.ok() ? c.value() : ModelConfig{};
-}
-
 TEST(ModelConfig, RealRootConfigFields) {
-  ModelConfig c = load_or_die(spec_path("config_v41_flash.json"));
+  ModelConfig c = load_config(spec_path("config_v41_flash.json"));
   EXPECT_EQ(c.vocab_size, 129280);
   EXPECT_EQ(c.dim, 5120);
   EXPECT_EQ(c.moe_inter_dim, 2304);
@@ -72,8 +67,8 @@ TEST(ModelConfig, RealRootConfigFields) {
 }
 
 TEST(ModelConfig, RootAndFlatFormsAreEqualOnTheRealConfig) {
-  ModelConfig root = load_or_die(spec_path("config_v41_flash.json"));
-  ModelConfig flat = load_or_die(spec_path("inference_config_v41_flash.json"));
+  ModelConfig root = load_config(spec_path("config_v41_flash.json"));
+  ModelConfig flat = load_config(spec_path("inference_config_v41_flash.json"));
   EXPECT_TRUE(root == flat);
   // A difference is detected (the comparison is not vacuous).
   flat.index_topk += 1;
@@ -84,12 +79,12 @@ class GoldenConfig : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GoldenConfig, RootAndFlatFormsAreEqual) {
   const std::string dir = golden_checkpoint(GetParam());
-  ModelConfig root = load_or_die(dir + "/config.json");
-  ModelConfig flat = load_or_die(dir + "/inference/config.json");
+  ModelConfig root = load_config(dir + "/config.json");
+  ModelConfig flat = load_config(dir + "/inference/config.json");
   EXPECT_TRUE(root == flat) << GetParam();
   EXPECT_FALSE(root.vision_enabled());
   // A directory loads its root config.json.
-  EXPECT_TRUE(load_or_die(dir) == root);
+  EXPECT_TRUE(load_config(dir) == root);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, GoldenConfig, ::testing::Values("tiny-a", "tiny-b", "tiny-c"));
@@ -97,14 +92,14 @@ INSTANTIATE_TEST_SUITE_P(Goldens, GoldenConfig, ::testing::Values("tiny-a", "tin
 TEST(ModelConfig, DirectoryWithOnlyInferenceConfig) {
   ScratchDir dir;
   dir.write("inference/config.json", read_text(golden_checkpoint("tiny-c") + "/inference/config.json"));
-  ModelConfig c = load_or_die(dir.path());
+  ModelConfig c = load_config(dir.path());
   EXPECT_EQ(c.n_layers, 12);
   EXPECT_EQ(c.max_position_embeddings, 256);  // original_seq_len 64 x rope_factor 4
 }
 
 // The spec/MODEL.md §4.5 table on the real config.
 TEST(ModelConfig, RealRolesMatchTheSpecTable) {
-  ModelConfig c = load_or_die(spec_path("config_v41_flash.json"));
+  ModelConfig c = load_config(spec_path("config_v41_flash.json"));
   ASSERT_EQ(c.roles.size(), 43u);
   EXPECT_EQ(c.ced_decoder_start(), 20);
   for (int l = 0; l < 43; ++l) {
@@ -138,7 +133,7 @@ TEST(ModelConfig, RealRolesMatchTheSpecTable) {
 
 // tiny-a's MANIFEST.md "Layers" table.
 TEST(ModelConfig, TinyARolesMatchTheManifest) {
-  ModelConfig c = load_or_die(golden_checkpoint("tiny-a"));
+  ModelConfig c = load_config(golden_checkpoint("tiny-a"));
   ASSERT_EQ(c.roles.size(), 13u);
   const AttentionKind W = AttentionKind::kWindowOnly, F = AttentionKind::kFull, R = AttentionKind::kReuse,
                       X = AttentionKind::kReindex;
@@ -157,12 +152,12 @@ TEST(ModelConfig, TinyARolesMatchTheManifest) {
     EXPECT_EQ(r.dspark, l == 12);
   }
   // tiny-b: 11 layers, the decoder starts at its last KV source L6 (not at 11/2).
-  ModelConfig b = load_or_die(golden_checkpoint("tiny-b"));
+  ModelConfig b = load_config(golden_checkpoint("tiny-b"));
   EXPECT_EQ(b.ced_decoder_start(), 6);
   EXPECT_EQ(b.roles.size(), 14u);
   EXPECT_EQ(b.roles[10].attention, AttentionKind::kReindex);
   EXPECT_EQ(b.dspark_stages(), 3);
-  ModelConfig tc = load_or_die(golden_checkpoint("tiny-c"));
+  ModelConfig tc = load_config(golden_checkpoint("tiny-c"));
   EXPECT_EQ(tc.dspark_stages(), 0);
   EXPECT_TRUE(tc.engram_layer_ids.empty());
 }
