@@ -60,7 +60,7 @@ struct Event {
   FinishReason reason = FinishReason::kNone; // kFinished
 };
 
-struct EngineOptions {
+struct SchedulerOptions {
   int64_t kv_budget_bytes = int64_t{1} << 30;  // global KV pages + per-sequence fixed state of running requests
   int64_t kv_block_tokens = 64;                // positions per global-KV block
   int max_running = 16;                        // sequences prefilling or decoding at once (decode batch bound)
@@ -74,11 +74,11 @@ struct StepStats {
   int64_t admitted = 0;
 };
 
-class Engine {
+class Scheduler {
  public:
   // weights and ctx must outlive the engine.
-  static Result<std::unique_ptr<Engine>> create(const ModelWeights& weights, const ComputeContext& ctx,
-                                                const EngineOptions& options);
+  static Result<std::unique_ptr<Scheduler>> create(const ModelWeights& weights, const ComputeContext& ctx,
+                                                const SchedulerOptions& options);
 
   // Queues a request. Errors: empty prompt, ids outside the vocabulary, max_new_tokens < 1, a context beyond
   // max_position_embeddings, or a request larger than the whole KV budget.
@@ -96,7 +96,7 @@ class Engine {
   kv::KvStats kv_stats() const { return kv_->stats(); }
   const kv::KvLayout& kv_layout() const { return kv_->layout(); }
   const StepStats& last_step() const { return last_step_; }
-  const EngineOptions& options() const { return options_; }
+  const SchedulerOptions& options() const { return options_; }
 
  private:
   struct Running {
@@ -108,7 +108,7 @@ class Engine {
     int32_t next_input = -1;   // decoding: the token fed at the next step
   };
 
-  Engine(const ModelWeights& weights, const ComputeContext& ctx, const EngineOptions& options,
+  Scheduler(const ModelWeights& weights, const ComputeContext& ctx, const SchedulerOptions& options,
          std::unique_ptr<kv::KvCacheManager> kv)
       : weights_(weights), ctx_(ctx), options_(options), plan_(weights), kv_(std::move(kv)) {}
 
@@ -119,7 +119,7 @@ class Engine {
 
   const ModelWeights& weights_;
   ComputeContext ctx_;
-  EngineOptions options_;
+  SchedulerOptions options_;
   ForwardPlan plan_;
   std::unique_ptr<kv::KvCacheManager> kv_;
   RequestId next_id_ = 0;

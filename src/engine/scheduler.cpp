@@ -1,4 +1,4 @@
-#include "engine/engine.h"
+#include "engine/scheduler.h"
 
 #include <algorithm>
 
@@ -17,8 +17,8 @@ const char* finish_reason_name(FinishReason reason) {
   return "";
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(const ModelWeights& weights, const ComputeContext& ctx,
-                                               const EngineOptions& options) {
+Result<std::unique_ptr<Scheduler>> Scheduler::create(const ModelWeights& weights, const ComputeContext& ctx,
+                                               const SchedulerOptions& options) {
   if (ctx.linear == nullptr) return Status::Error("engine: the compute context has no linear kernels");
   if (options.max_running < 1) return Status::Error("engine: max_running must be >= 1");
   if (options.prefill_tokens_per_step < 1) return Status::Error("engine: prefill_tokens_per_step must be >= 1");
@@ -26,10 +26,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelWeights& weights, cons
   if (!layout.ok()) return layout.status().with_context("engine");
   auto manager = kv::KvCacheManager::create(*layout, options.kv_budget_bytes);
   if (!manager.ok()) return manager.status().with_context("engine");
-  return std::unique_ptr<Engine>(new Engine(weights, ctx, options, std::move(*manager)));
+  return std::unique_ptr<Scheduler>(new Scheduler(weights, ctx, options, std::move(*manager)));
 }
 
-Result<RequestId> Engine::submit(Request request) {
+Result<RequestId> Scheduler::submit(Request request) {
   const ModelConfig& config = weights_.config();
   if (request.prompt.empty()) return Status::Error("request: the prompt is empty");
   for (size_t i = 0; i < request.prompt.size(); ++i) {
@@ -61,7 +61,7 @@ Result<RequestId> Engine::submit(Request request) {
   return id;
 }
 
-Status Engine::cancel(RequestId id) {
+Status Scheduler::cancel(RequestId id) {
   auto rec = records_.find(id);
   if (rec == records_.end()) return Status::Error("cancel: no request " + std::to_string(id));
   if (rec->second.status == RequestStatus::kFinished) return Status::Ok();
@@ -75,12 +75,12 @@ Status Engine::cancel(RequestId id) {
   return Status::Ok();
 }
 
-const RequestRecord* Engine::record(RequestId id) const {
+const RequestRecord* Scheduler::record(RequestId id) const {
   auto it = records_.find(id);
   return it == records_.end() ? nullptr : &it->second;
 }
 
-void Engine::finish(RequestId id, FinishReason reason, const std::string& error, std::vector<Event>* events) {
+void Scheduler::finish(RequestId id, FinishReason reason, const std::string& error, std::vector<Event>* events) {
   RequestRecord& rec = records_[id];
   rec.status = RequestStatus::kFinished;
   rec.reason = reason;
@@ -96,7 +96,7 @@ void Engine::finish(RequestId id, FinishReason reason, const std::string& error,
   if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason});
 }
 
-bool Engine::emit(Running& r, int32_t token, std::vector<Event>* events) {
+bool Scheduler::emit(Running& r, int32_t token, std::vector<Event>* events) {
   RequestRecord& rec = records_[r.id];
   rec.generated.push_back(token);
   if (events != nullptr) events->push_back(Event{Event::Kind::kToken, r.id, token, FinishReason::kNone});
@@ -113,7 +113,7 @@ bool Engine::emit(Running& r, int32_t token, std::vector<Event>* events) {
   return false;
 }
 
-Status Engine::admit() {
+Status Scheduler::admit() {
   while (!queue_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
     const RequestId id = queue_.front();
     Request& request = queued_requests_.at(id);
@@ -145,7 +145,7 @@ Status Engine::admit() {
   return Status::Ok();
 }
 
-Status Engine::step(std::vector<Event>* events) {
+Status Scheduler::step(std::vector<Event>* events) {
   last_step_ = StepStats();
   for (const auto& [id, reason] : pending_finish_) {
     if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason});
@@ -226,7 +226,7 @@ Status Engine::step(std::vector<Event>* events) {
   return Status::Ok();
 }
 
-Status Engine::run_to_completion(std::vector<Event>* events) {
+Status Scheduler::run_to_completion(std::vector<Event>* events) {
   while (has_work()) {
     Status s = step(events);
     if (!s.ok()) return s;

@@ -1,23 +1,23 @@
-// Engine core on a golden checkpoint: requests of different lengths prefill (in chunks) and decode together and
+// Scheduler core on a golden checkpoint: requests of different lengths prefill (in chunks) and decode together and
 // each gets what it gets alone; stop ids, max tokens, cancellation; admission by the KV budget with clear
 // errors; every byte returned when requests finish.
 #include <gtest/gtest.h>
 
-#include "engine/engine.h"
+#include "engine/scheduler.h"
 #include "engine_test_util.h"
 
 namespace dsflash::testing {
 namespace {
 
-using engine::Engine;
-using engine::EngineOptions;
+using engine::Scheduler;
+using engine::SchedulerOptions;
 using engine::Event;
 using engine::FinishReason;
 using engine::Request;
 using engine::RequestId;
 using engine::RequestStatus;
 
-class EngineTest : public ::testing::Test {
+class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!goldens_present()) GTEST_SKIP() << "goldens not found under " << goldens_dir();
@@ -26,8 +26,8 @@ class EngineTest : public ::testing::Test {
     prompt_ = golden_prompt("tiny-a", "rand.index_k_fix");
     ASSERT_GE(prompt_.size(), 40u);
   }
-  std::unique_ptr<Engine> make(EngineOptions options) {
-    auto e = Engine::create(runner_->weights(), runner_->context(), options);
+  std::unique_ptr<Scheduler> make(SchedulerOptions options) {
+    auto e = Scheduler::create(runner_->weights(), runner_->context(), options);
     EXPECT_TRUE(e.ok()) << e.status().message();
     return e.ok() ? std::move(*e) : nullptr;
   }
@@ -38,8 +38,8 @@ class EngineTest : public ::testing::Test {
   std::vector<int32_t> prompt_;
 };
 
-TEST_F(EngineTest, ConcurrentRequestsGetWhatTheyGetAlone) {
-  EngineOptions options;
+TEST_F(SchedulerTest, ConcurrentRequestsGetWhatTheyGetAlone) {
+  SchedulerOptions options;
   options.prefill_tokens_per_step = 13;  // chunks, and prefill mixed with decode steps
   auto engine = make(options);
   ASSERT_NE(engine, nullptr);
@@ -93,8 +93,8 @@ TEST_F(EngineTest, ConcurrentRequestsGetWhatTheyGetAlone) {
   EXPECT_EQ(st.num_sequences, 0);
 }
 
-TEST_F(EngineTest, StopIdEndsGeneration) {
-  auto engine = make(EngineOptions());
+TEST_F(SchedulerTest, StopIdEndsGeneration) {
+  auto engine = make(SchedulerOptions());
   ASSERT_NE(engine, nullptr);
   const std::vector<int32_t> prompt = slice(0, 30);
   PlanRun alone = plan_greedy(*runner_, prompt, PrefillOptions(), 5);
@@ -118,8 +118,8 @@ TEST_F(EngineTest, StopIdEndsGeneration) {
   EXPECT_EQ(events.back().reason, FinishReason::kStopToken);
 }
 
-TEST_F(EngineTest, CancelReleasesTheCache) {
-  auto engine = make(EngineOptions());
+TEST_F(SchedulerTest, CancelReleasesTheCache) {
+  auto engine = make(SchedulerOptions());
   ASSERT_NE(engine, nullptr);
   Request a;
   a.prompt = slice(0, 40);
@@ -149,10 +149,10 @@ TEST_F(EngineTest, CancelReleasesTheCache) {
   EXPECT_EQ(engine->kv_stats().used_bytes, 0);
 }
 
-TEST_F(EngineTest, AdmissionWaitsForMemoryAndRejectsWhatCanNeverFit) {
+TEST_F(SchedulerTest, AdmissionWaitsForMemoryAndRejectsWhatCanNeverFit) {
   auto layout = kv::KvLayout::from_config(runner_->config(), 16);
   ASSERT_TRUE(layout.ok());
-  EngineOptions options;
+  SchedulerOptions options;
   options.kv_block_tokens = 16;
   // One request of up to 64 positions at a time.
   options.kv_budget_bytes = layout->fixed_bytes_per_sequence() + 4 * layout->block_bytes;
@@ -184,8 +184,8 @@ TEST_F(EngineTest, AdmissionWaitsForMemoryAndRejectsWhatCanNeverFit) {
   EXPECT_EQ(engine->record(*ia)->global_kv_bytes, 4 * layout->block_bytes);
 }
 
-TEST_F(EngineTest, RejectsBadRequests) {
-  auto engine = make(EngineOptions());
+TEST_F(SchedulerTest, RejectsBadRequests) {
+  auto engine = make(SchedulerOptions());
   ASSERT_NE(engine, nullptr);
   Request r;
   EXPECT_FALSE(engine->submit(r).ok());  // empty prompt
