@@ -33,7 +33,7 @@
 #include "commands.h"
 #include "io/model_stats.h"
 #include "kv/kv_cache.h"
-#include "model/forward_plan.h"
+#include "engine/batch_builder.h"
 #include "model/model_runner.h"
 
 namespace dsflash::cli {
@@ -91,7 +91,7 @@ std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint32_t seed) {
 class Bench {
  public:
   Bench(const ModelRunner& runner, const BenchOptions& options, kv::KvCacheManager& kv)
-      : runner_(runner), options_(options), plan_(runner.weights()), kv_(kv) {}
+      : runner_(runner), options_(options), kv_(kv) {}
 
   // A fresh sequence whose global KV lives in pages of the manager (reserving `positions`).
   Result<std::pair<SequenceState, kv::SequencePages*>> sequence(int64_t positions) {
@@ -105,18 +105,18 @@ class Bench {
   }
 
   // Prefill time of `prompt` in `mode`; the global KV bytes the sequence ended up holding.
-  Result<double> prefill(const std::vector<int32_t>& prompt, PrefillMode mode, int64_t* global_bytes) {
+  Result<double> prefill(const std::vector<int32_t>& prompt, engine::PrefillMode mode, int64_t* global_bytes) {
     const int64_t n = static_cast<int64_t>(prompt.size());
     auto made = sequence(0);  // pages grow as the prompt is processed: the allocation is what the prompt needs
     if (!made.ok()) return made.status();
     auto& [seq, pages] = *made;
-    PrefillOptions po;
+    engine::PrefillOptions po;
     po.mode = mode;
-    ChunkLogits out;
+    ForwardOutput out;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t done = 0; done < n;) {
       const int64_t c = std::min(options_.chunk, n - done);
-      Status s = plan_.prefill(prompt.data() + done, c, n, seq, runner_.context(), po, LogitsRows::kLast, &out);
+      Status s = prefill_chunk(prompt.data() + done, c, n, seq, po, &out);
       if (!s.ok()) return s;
       done += c;
     }
@@ -134,16 +134,15 @@ class Bench {
     auto seq = runner_.new_sequence();
     if (!seq.ok()) return seq.status();
     const std::vector<int32_t> prompt = random_prompt(depth, runner_.config().vocab_size, 7);
-    ChunkLogits out;
+    ForwardOutput out;
     for (int64_t done = 0; done < depth;) {
       const int64_t c = std::min(options_.chunk, depth - done);
-      Status s = plan_.prefill(prompt.data() + done, c, depth, *seq, runner_.context(), PrefillOptions(),
-                               LogitsRows::kLast, &out);
+      Status s = prefill_chunk(prompt.data() + done, c, depth, *seq, engine::PrefillOptions(), &out);
       if (!s.ok()) return s;
       done += c;
     }
     base_token_ = argmax(out.logits.data(), runner_.config().vocab_size);
-    base_floor_ = replay_start(runner_.config(), PrefillOptions(), depth);
+    base_floor_ = engine::replay_start(runner_.config(), engine::PrefillOptions(), depth);
     base_ = std::move(*seq);
     return Status::Ok();
   }
@@ -166,16 +165,21 @@ class Bench {
     std::vector<int32_t> tokens(static_cast<size_t>(batch), base_token_);
     const std::vector<int64_t> floors(static_cast<size_t>(batch), base_floor_);
     const int64_t vocab = runner_.config().vocab_size;
-    std::vector<float> logits;
     ComputeContext ctx = runner_.context();
+    ForwardBatch step;
+    ForwardOutput out;
     StepProfile step_profile;
     ctx.profile = profile != nullptr ? &step_profile : nullptr;
     const auto t0 = std::chrono::steady_clock::now();
     step_profile.reset();
     for (int64_t i = 0; i < steps; ++i) {
-      Status s = plan_.decode(tokens, seqs, floors, ctx, &logits);
+      step.clear();
+      for (int64_t b = 0; b < batch; ++b) {
+        engine::add_decode_row(step, *seqs[static_cast<size_t>(b)], tokens[static_cast<size_t>(b)], floors[static_cast<size_t>(b)]);
+      }
+      Status s = engine::run_batch(runner_.weights(), step, ctx, &out);
       if (!s.ok()) return s;
-      for (int64_t b = 0; b < batch; ++b) tokens[static_cast<size_t>(b)] = argmax(logits.data() + b * vocab, vocab);
+      for (int64_t b = 0; b < batch; ++b) tokens[static_cast<size_t>(b)] = argmax(out.logits.data() + b * vocab, vocab);
     }
     const double t = seconds_since(t0);
     if (profile != nullptr) {
@@ -190,9 +194,18 @@ class Bench {
   }
 
  private:
+  // One prefill chunk (logits of the prompt's last row when this chunk holds it).
+  Status prefill_chunk(const int32_t* tokens, int64_t num_tokens, int64_t prompt_length, SequenceState& seq,
+                       const engine::PrefillOptions& options, ForwardOutput* out) {
+    ForwardBatch batch;
+    Status s = engine::add_prefill_chunk(batch, runner_.config(), seq, tokens, num_tokens, prompt_length, options,
+                                         LogitsRows::kLast);
+    if (!s.ok()) return s;
+    return engine::run_batch(runner_.weights(), batch, runner_.context(), out);
+  }
+
   const ModelRunner& runner_;
   const BenchOptions& options_;
-  ForwardPlan plan_;
   kv::KvCacheManager& kv_;
   std::optional<SequenceState> base_;
   int32_t base_token_ = 0;
@@ -257,9 +270,9 @@ int run_bench(const BenchOptions& o) {
     std::vector<double> tps_default, tps_exact, ratio;
     for (int r = 0; r < o.repetitions; ++r) {
       int64_t global_bytes = 0;
-      auto td = bench.prefill(prompt, PrefillMode::kBoundedReplay, &global_bytes);
+      auto td = bench.prefill(prompt, engine::PrefillMode::kBoundedReplay, &global_bytes);
       if (!td.ok()) return fail(td.status());
-      auto te = bench.prefill(prompt, PrefillMode::kExact, nullptr);
+      auto te = bench.prefill(prompt, engine::PrefillMode::kExact, nullptr);
       if (!te.ok()) return fail(te.status());
       tps_default.push_back(static_cast<double>(n) / *td);
       tps_exact.push_back(static_cast<double>(n) / *te);

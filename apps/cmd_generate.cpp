@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "model/forward_plan.h"
+#include "engine/batch_builder.h"
 #include "model/model_runner.h"
 #include "model/sampler.h"
 #include "token_ids.h"
@@ -88,21 +88,17 @@ void add_generate_command(CLI::App& app, int* exit_code) {
 
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    const ForwardPlan plan(model.weights());
-    const PrefillOptions plan_options;  // bounded replay, tail = the window
+    engine::PrefillOptions plan_options;  // bounded replay, tail = the window
+    if (options->exact) plan_options.mode = engine::PrefillMode::kExact;
     const int64_t prompt_length = static_cast<int64_t>(prompt.size());
-    const int64_t floor = options->exact ? 0 : replay_start(model.config(), plan_options, prompt_length);
-    std::vector<float> logits;
-    Status s;
-    if (options->exact) {
-      s = model.forward(prompt, *seq, LogitsRows::kLast, &logits);
-    } else {
-      ChunkLogits chunk;
-      s = plan.prefill(prompt.data(), prompt_length, prompt_length, *seq, model.context(), plan_options,
-                       LogitsRows::kLast, &chunk);
-      logits = std::move(chunk.logits);
-    }
+    const int64_t floor = engine::replay_start(model.config(), plan_options, prompt_length);
+    ForwardBatch batch;
+    ForwardOutput out;
+    Status s = engine::add_prefill_chunk(batch, model.config(), *seq, prompt.data(), prompt_length, prompt_length,
+                                         plan_options, LogitsRows::kLast);
+    if (s.ok()) s = engine::run_batch(model.weights(), batch, model.context(), &out);
     if (!s.ok()) return fail(s);
+    std::vector<float>& logits = out.logits;
     const auto t1 = Clock::now();
     int64_t produced = 0;
     while (produced < options->max_tokens) {
@@ -114,8 +110,9 @@ void add_generate_command(CLI::App& app, int* exit_code) {
         std::cout << id << "\n" << std::flush;
       }
       if (id == model.config().eos_token_id || produced == options->max_tokens) break;
-      s = options->exact ? model.forward({id}, *seq, LogitsRows::kLast, &logits)
-                         : plan.decode({id}, {&*seq}, {floor}, model.context(), &logits);
+      batch.clear();
+      engine::add_decode_row(batch, *seq, id, floor);
+      s = engine::run_batch(model.weights(), batch, model.context(), &out);
       if (!s.ok()) return fail(s);
     }
     if (text) std::cout << detok->finish() << "\n";

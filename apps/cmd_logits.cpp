@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "token_ids.h"
+#include "engine/greedy_run.h"
 #include "model/model_runner.h"
 
 namespace dsflash::cli {
@@ -95,7 +96,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     runner_options.num_threads = options->threads;
     auto runner = ModelRunner::open(options->model_dir, runner_options);
     if (!runner.ok()) return fail(runner.status());
-    auto run = run_greedy(**runner, *prompt, options->steps, follow, options->exact);
+    auto run = engine::run_greedy(**runner, *prompt, options->steps, follow, options->exact);
     if (!run.ok()) return fail(run.status());
     std::ofstream out(options->out, std::ios::binary);
     out.write(reinterpret_cast<const char*>(run->logits.data()),

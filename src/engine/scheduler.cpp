@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/batch_builder.h"
 #include "model/model_runner.h"
 
 namespace dsflash::engine {
@@ -154,74 +155,62 @@ Status Scheduler::step(std::vector<Event>* events) {
   Status s = admit();
   if (!s.ok()) return s;
 
-  // Sequences decoding at the start of the step take one batched decode step after the prefill work.
-  std::vector<RequestId> decoding;
+  // One forward per step (a mixed batch): prefill chunks of the prefilling requests in admission order within the
+  // per-step token budget, then one decode row for every request that is decoding.
+  ForwardBatch batch;
+  std::vector<Running*> rows_of;  // per segment, its request
+  int64_t budget = options_.prefill_tokens_per_step;
   for (const auto& r : running_) {
-    if (records_[r->id].status == RequestStatus::kDecoding) decoding.push_back(r->id);
+    const RequestRecord& rec = records_[r->id];
+    if (rec.status != RequestStatus::kPrefilling || budget == 0) continue;
+    const int64_t prompt_length = static_cast<int64_t>(r->request.prompt.size());
+    const int64_t chunk = std::min(budget, prompt_length - rec.prompt_done);
+    s = add_prefill_chunk(batch, weights_.config(), r->seq, r->request.prompt.data() + rec.prompt_done, chunk,
+                          prompt_length, r->request.prefill, LogitsRows::kLast);
+    if (!s.ok()) return s.with_context("request " + std::to_string(r->id));
+    rows_of.push_back(r.get());
+    budget -= chunk;
+  }
+  for (const auto& r : running_) {
+    if (records_[r->id].status != RequestStatus::kDecoding) continue;
+    add_decode_row(batch, r->seq, r->next_input, r->window_floor);
+    rows_of.push_back(r.get());
+  }
+  if (batch.empty()) return Status::Ok();
+  ForwardOutput out;
+  s = run_batch(weights_, batch, ctx_, &out);
+  if (!s.ok()) {
+    for (Running* r : rows_of) finish(r->id, FinishReason::kError, s.message(), events);
+    return s.with_context("step");
   }
 
-  // Prefill chunks, admission order, within the per-step token budget.
-  int64_t budget = options_.prefill_tokens_per_step;
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Running& r = *running_[i];
-    RequestRecord& rec = records_[r.id];
-    if (rec.status != RequestStatus::kPrefilling) {
-      ++i;
+  // Emit in batch order; emit() may erase finished requests from running_, so requests are held by id.
+  const int64_t vocab = weights_.config().vocab_size;
+  std::vector<RequestId> ids;
+  for (Running* r : rows_of) ids.push_back(r->id);
+  size_t next_row = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Running* r = nullptr;
+    for (auto& candidate : running_) {
+      if (candidate->id == ids[i]) r = candidate.get();
+    }
+    const ForwardSegment& seg = batch.segments()[i];
+    const bool has_row = next_row < out.rows.size() && out.rows[next_row].segment == static_cast<int64_t>(i);
+    const float* logits = has_row ? out.logits.data() + static_cast<int64_t>(next_row++) * vocab : nullptr;
+    RequestRecord& rec = records_[ids[i]];
+    if (rec.status == RequestStatus::kPrefilling) {
+      rec.prompt_done += seg.num_tokens;
+      last_step_.prefill_tokens += seg.num_tokens;
+      if (rec.prompt_done < static_cast<int64_t>(r->request.prompt.size())) continue;
+      rec.status = RequestStatus::kDecoding;
+    } else {
+      ++last_step_.decode_batch;
+    }
+    if (logits == nullptr) {
+      finish(ids[i], FinishReason::kError, "the forward gave no logits row", events);
       continue;
     }
-    const int64_t prompt_length = static_cast<int64_t>(r.request.prompt.size());
-    const int64_t chunk = std::min(budget, prompt_length - rec.prompt_done);
-    ChunkLogits out;
-    s = plan_.prefill(r.request.prompt.data() + rec.prompt_done, chunk, prompt_length, r.seq, ctx_, r.request.prefill,
-                      LogitsRows::kLast, &out);
-    if (!s.ok()) {
-      finish(r.id, FinishReason::kError, s.message(), events);
-      continue;  // running_[i] is now the next request
-    }
-    budget -= chunk;
-    last_step_.prefill_tokens += chunk;
-    rec.prompt_done += chunk;
-    if (rec.prompt_done == prompt_length) {
-      rec.status = RequestStatus::kDecoding;
-      const int64_t vocab = weights_.config().vocab_size;
-      if (emit(r, argmax(out.logits.data(), vocab), events)) continue;  // finished: erased from running_
-    }
-    ++i;
-  }
-
-  // One decode step for every sequence that was decoding when the step began (rows = batch).
-  std::vector<Running*> batch;
-  for (const auto& r : running_) {
-    if (std::find(decoding.begin(), decoding.end(), r->id) != decoding.end()) batch.push_back(r.get());
-  }
-  if (!batch.empty()) {
-    std::vector<int32_t> tokens;
-    std::vector<SequenceState*> seqs;
-    std::vector<int64_t> floors;
-    for (Running* r : batch) {
-      tokens.push_back(r->next_input);
-      seqs.push_back(&r->seq);
-      floors.push_back(r->window_floor);
-    }
-    std::vector<float> logits;
-    s = plan_.decode(tokens, seqs, floors, ctx_, &logits);
-    if (!s.ok()) {
-      for (Running* r : batch) finish(r->id, FinishReason::kError, s.message(), events);
-      return s.with_context("decode step");
-    }
-    last_step_.decode_batch = static_cast<int64_t>(batch.size());
-    const int64_t vocab = weights_.config().vocab_size;
-    std::vector<RequestId> ids;
-    for (Running* r : batch) ids.push_back(r->id);
-    for (size_t b = 0; b < ids.size(); ++b) {
-      // emit() may erase finished requests from running_; look each one up by id.
-      for (auto& r : running_) {
-        if (r->id == ids[b]) {
-          emit(*r, argmax(logits.data() + static_cast<int64_t>(b) * vocab, vocab), events);
-          break;
-        }
-      }
-    }
+    emit(*r, argmax(logits, vocab), events);
   }
   return Status::Ok();
 }

@@ -1,7 +1,7 @@
 // The engine core (DESIGN.md "The data path"; vLLM v1's "tokens to compute per request" scheduling): a request
 // queue, a scheduler that admits requests while the KV cache budget allows, and steps that mix prefill chunks
-// (ForwardPlan::prefill, the CED bounded-replay plan by default) with one batched decode step of every running
-// sequence (ForwardPlan::decode, rows = batch). Per-request stop conditions: max new tokens, stop ids (EOS);
+// (the CED bounded-replay plan by default) with one decode row of every running sequence in ONE forward per
+// step (engine/batch_builder.h: a mixed batch). Per-request stop conditions: max new tokens, stop ids (EOS);
 // cancellation at any time. Greedy sampling (argmax, lowest id on ties).
 //
 // Memory: every admitted request holds a KV sequence sized for prompt + max_new_tokens positions (global-KV
@@ -21,7 +21,7 @@
 #include "core/status.h"
 #include "kv/kv_cache.h"
 #include "model/compute_context.h"
-#include "model/forward_plan.h"
+#include "engine/batch_builder.h"
 #include "model/model_weights.h"
 #include "model/sequence.h"
 
@@ -110,7 +110,7 @@ class Scheduler {
 
   Scheduler(const ModelWeights& weights, const ComputeContext& ctx, const SchedulerOptions& options,
          std::unique_ptr<kv::KvCacheManager> kv)
-      : weights_(weights), ctx_(ctx), options_(options), plan_(weights), kv_(std::move(kv)) {}
+      : weights_(weights), ctx_(ctx), options_(options), kv_(std::move(kv)) {}
 
   Status admit();
   // Records a new token; finishes the request when a stop condition holds. Returns true if it finished.
@@ -120,7 +120,6 @@ class Scheduler {
   const ModelWeights& weights_;
   ComputeContext ctx_;
   SchedulerOptions options_;
-  ForwardPlan plan_;
   std::unique_ptr<kv::KvCacheManager> kv_;
   RequestId next_id_ = 0;
   std::deque<RequestId> queue_;

@@ -559,48 +559,120 @@ Status AttentionLayer::forward_global_kv(const float* x, int64_t num_tokens, int
   return Status::Ok();
 }
 
-Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
-                               Csa2Shared& shared, const ComputeContext& ctx, float* out, AttentionTrace* trace) {
+Status AttentionLayer::forward(const float* x, const AttentionSegment* segments, int64_t num_segments,
+                               const ComputeContext& ctx, float* out) {
   const std::string where = "attention layer " + std::to_string(layer_);
-  if (x == nullptr || out == nullptr || num_tokens <= 0 || start_pos < 0) {
-    return Status::Error(where + ": bad arguments (num_tokens " + std::to_string(num_tokens) + ", start_pos " +
-                         std::to_string(start_pos) + ")");
+  if (x == nullptr || out == nullptr || segments == nullptr || num_segments <= 0) {
+    return Status::Error(where + ": bad arguments (no rows or no segments)");
   }
   if (ctx.linear == nullptr) return Status::Error(where + ": ComputeContext has no linear kernels");
-  if (layer_ >= state.num_layers() || state.window(layer_).window() != window_ ||
-      state.window(layer_).head_dim() != head_dim_) {
-    return Status::Error(where + ": the attention state was not made for this model");
+  int64_t t_n = 0;  // rows of the call
+  for (int64_t i = 0; i < num_segments; ++i) {
+    const AttentionSegment& seg = segments[i];
+    const std::string seg_where = where + ", segment " + std::to_string(i);
+    if (seg.state == nullptr || seg.shared == nullptr || seg.num_tokens <= 0 || seg.start_pos < 0) {
+      return Status::Error(seg_where + ": bad arguments (num_tokens " + std::to_string(seg.num_tokens) +
+                           ", start_pos " + std::to_string(seg.start_pos) + ")");
+    }
+    const AttentionState& state = *seg.state;
+    if (layer_ >= state.num_layers() || state.window(layer_).window() != window_ ||
+        state.window(layer_).head_dim() != head_dim_) {
+      return Status::Error(seg_where + ": the attention state was not made for this model");
+    }
+    if (seg.shared->start_pos != seg.start_pos || seg.shared->num_tokens != seg.num_tokens) {
+      return Status::Error(seg_where + ": Csa2Shared was reset for positions [" +
+                           std::to_string(seg.shared->start_pos) + ", +" + std::to_string(seg.shared->num_tokens) +
+                           "), the call is [" + std::to_string(seg.start_pos) + ", +" +
+                           std::to_string(seg.num_tokens) + ")");
+    }
+    for (int64_t j = 0; j < i; ++j) {
+      if (segments[j].state == seg.state) return Status::Error(seg_where + ": its sequence appears twice in the call");
+    }
+    if (seg.trace != nullptr) seg.trace->clear();
+    t_n += seg.num_tokens;
   }
-  if (shared.start_pos != start_pos || shared.num_tokens != num_tokens) {
-    return Status::Error(where + ": Csa2Shared was reset for positions [" + std::to_string(shared.start_pos) + ", +" +
-                         std::to_string(shared.num_tokens) + "), the call is [" + std::to_string(start_pos) + ", +" +
-                         std::to_string(num_tokens) + ")");
-  }
-  if (trace != nullptr) trace->clear();
-  const int64_t t_n = num_tokens, d = head_dim_, h_n = heads_, rd = rope_dim_;
-  const int64_t end_pos = start_pos + t_n;
+  const int64_t d = head_dim_, h_n = heads_, rd = rope_dim_;
   const size_t half = static_cast<size_t>(rd / 2);
+  // Per row: the RoPE angles of its absolute position [rows, rope_dim / 2].
   std::vector<float> cos_t(static_cast<size_t>(t_n) * half), sin_t(static_cast<size_t>(t_n) * half);
-  for (int64_t t = 0; t < t_n; ++t) rope_.angles(start_pos + t, &cos_t[t * half], &sin_t[t * half]);
+  for (int64_t i = 0, row = 0; i < num_segments; ++i) {
+    for (int64_t t = 0; t < segments[i].num_tokens; ++t, ++row) {
+      rope_.angles(segments[i].start_pos + t, &cos_t[row * half], &sin_t[row * half]);
+    }
+  }
 
-  // q path: qr = q_norm(wq_a(x)) [T, q_lora]; q = rope(wq_b(qr)) [T, H, D].
+  // q path: qr = q_norm(wq_a(x)) [rows, q_lora]; q = rope(wq_b(qr)) [rows, H, D].
   std::vector<float> qr(static_cast<size_t>(t_n * q_lora_));
   fp8_linear_bf16(x, t_n, wq_a_, qr.data(), ctx);
   rmsnorm_bf16(qr.data(), t_n, q_lora_, q_norm_, eps_, qr.data(), ctx.pool);
   std::vector<float> q(static_cast<size_t>(t_n * h_n * d));
   fp8_linear_bf16(qr.data(), t_n, wq_b_, q.data(), ctx);
   for (int64_t t = 0; t < t_n; ++t) {
-    for (int64_t h = 0; h < h_n; ++h) rope_.rotate(&q[static_cast<size_t>((t * h_n + h) * d + d - rd)], &cos_t[t * half], &sin_t[t * half]);
+    for (int64_t h = 0; h < h_n; ++h) {
+      rope_.rotate(&q[static_cast<size_t>((t * h_n + h) * d + d - rd)], &cos_t[t * half], &sin_t[t * half]);
+    }
   }
 
-  // The single latent K = V: kv = FP8(rope(kv_norm(wkv(x)))) [T, D]; codes/scales are the window ring's bytes.
+  // The single latent K = V: kv = FP8(rope(kv_norm(wkv(x)))) [rows, D]; codes/scales are the window ring's bytes,
+  // kv their dequantised values.
   std::vector<float> kv(static_cast<size_t>(t_n * d));
   fp8_linear_bf16(x, t_n, wkv_, kv.data(), ctx);
   rmsnorm_bf16(kv.data(), t_n, d, kv_norm_, eps_, kv.data(), ctx.pool);
-  for (int64_t t = 0; t < t_n; ++t) rope_.rotate(&kv[static_cast<size_t>(t * d + d - rd)], &cos_t[t * half], &sin_t[t * half]);
+  for (int64_t t = 0; t < t_n; ++t) {
+    rope_.rotate(&kv[static_cast<size_t>(t * d + d - rd)], &cos_t[t * half], &sin_t[t * half]);
+  }
   std::vector<uint8_t> kv_codes(static_cast<size_t>(t_n * d)), kv_scales(static_cast<size_t>(t_n * d / 32));
   act_quant_block32(kv.data(), t_n * d, kv_codes.data(), kv_scales.data());
   dequant_e4m3_ue8m0(kv_codes.data(), kv_scales.data(), t_n * d, 32, kv.data());
+
+  // Per sequence: window, compressed branch, sparse attention -> o [rows, H, D].
+  std::vector<float> o(static_cast<size_t>(t_n * h_n * d));
+  for (int64_t i = 0, row = 0; i < num_segments; ++i) {
+    const AttentionSegment& seg = segments[i];
+    Status st = attend_segment(seg, x + row * dim_, &qr[static_cast<size_t>(row * q_lora_)],
+                               &q[static_cast<size_t>(row * h_n * d)], &kv[static_cast<size_t>(row * d)],
+                               &kv_codes[static_cast<size_t>(row * d)], &kv_scales[static_cast<size_t>(row * d / 32)],
+                               ctx, &o[static_cast<size_t>(row * h_n * d)]);
+    if (!st.ok()) return num_segments > 1 ? st.with_context("segment " + std::to_string(i)) : st;
+    row += seg.num_tokens;
+  }
+
+  // Remove the query rotation from the output, then the grouped wo_a (bf16 einsum) and wo_b (FP8), all rows.
+  for (int64_t t = 0; t < t_n; ++t) {
+    for (int64_t h = 0; h < h_n; ++h) {
+      rope_.rotate(&o[static_cast<size_t>((t * h_n + h) * d + d - rd)], &cos_t[t * half], &sin_t[t * half], true);
+    }
+  }
+  const int64_t group_in = h_n * d / groups_;
+  std::vector<float> group_x(static_cast<size_t>(t_n * group_in)), group_y(static_cast<size_t>(t_n * o_lora_));
+  std::vector<float> oa(static_cast<size_t>(t_n * groups_ * o_lora_));
+  for (int g = 0; g < groups_; ++g) {
+    for (int64_t t = 0; t < t_n; ++t) {
+      std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
+                  static_cast<size_t>(group_in) * sizeof(float));
+    }
+    const Bf16Weight w{wo_a_.data() + static_cast<size_t>(g) * static_cast<size_t>(o_lora_ * group_in), o_lora_,
+                       group_in};
+    bf16_linear(group_x.data(), t_n, w, group_y.data(), ctx, true);
+    for (int64_t t = 0; t < t_n; ++t) {
+      std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)],
+                  &group_y[static_cast<size_t>(t * o_lora_)], static_cast<size_t>(o_lora_) * sizeof(float));
+    }
+  }
+  fp8_linear_bf16(oa.data(), t_n, wo_b_, out, ctx);
+  return Status::Ok();
+}
+
+Status AttentionLayer::attend_segment(const AttentionSegment& segment, const float* x, const float* qr,
+                                      const float* q, const float* kv, const uint8_t* kv_codes,
+                                      const uint8_t* kv_scales, const ComputeContext& ctx, float* o) {
+  const std::string where = "attention layer " + std::to_string(layer_);
+  AttentionState& state = *segment.state;
+  Csa2Shared& shared = *segment.shared;
+  AttentionTrace* trace = segment.trace;
+  const int64_t start_pos = segment.start_pos, t_n = segment.num_tokens;
+  const int64_t end_pos = start_pos + t_n;
+  const int64_t d = head_dim_, h_n = heads_;
 
   // Window rows and each query's window entries (see the header for the layout).
   WindowRing& ring = state.window(layer_);
@@ -608,10 +680,10 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
   const bool decode_layout = start_pos > 0 && t_n == 1 && shared.prefill_end == 0;
   const int64_t window_entries = decode_layout ? win : std::min(std::max(end_pos, shared.prefill_end), win);
   const int64_t floor = shared.window_floor;
-  std::vector<float> window_rows;                 // dequantised rows
+  std::vector<float> window_rows;  // dequantised rows
   std::vector<const float*> window_list(static_cast<size_t>(t_n * window_entries), nullptr);
   if (decode_layout) {
-    ring.write(start_pos, kv_codes.data(), kv_scales.data());
+    ring.write(start_pos, kv_codes, kv_scales);
     window_rows.resize(static_cast<size_t>(win * d));
     const int64_t oldest = start_pos % win + 1;
     for (int64_t i = 0; i < win; ++i) {
@@ -686,7 +758,7 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
         shared.topk_width = 0;
         shared.topk.clear();
       } else {
-        Status st = run_indexer(x, qr.data(), t_n, start_pos, state, shared, ctx, trace);
+        Status st = run_indexer(x, qr, t_n, start_pos, state, shared, ctx, trace);
         if (!st.ok()) return st;
       }
     } else if (shared.topk_layer != index_source_layer_ ||
@@ -701,7 +773,6 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
   // Sparse attention over [window entries ; compressed entries], in tiles of queries; the compressed rows a tile
   // uses are dequantised once per tile.
   const int64_t entries = window_entries + topk_width;
-  std::vector<float> o(static_cast<size_t>(t_n * h_n * d));
   const SparseAttentionKernels& attention = ctx.reference ? reference_sparse_attention() : best_sparse_attention();
   std::vector<const float*> list;
   std::vector<float> compressed_rows;
@@ -745,30 +816,6 @@ Status AttentionLayer::forward(const float* x, int64_t num_tokens, int64_t start
     ProfileScope profile_scope(ctx.profile, ProfilePhase::kAttention);
     attention.attend(args, ctx.pool);
   }
-
-  // Remove the query rotation from the output, then the grouped wo_a (bf16 einsum) and wo_b (FP8).
-  for (int64_t t = 0; t < t_n; ++t) {
-    for (int64_t h = 0; h < h_n; ++h) {
-      rope_.rotate(&o[static_cast<size_t>((t * h_n + h) * d + d - rd)], &cos_t[t * half], &sin_t[t * half], true);
-    }
-  }
-  const int64_t group_in = h_n * d / groups_;
-  std::vector<float> group_x(static_cast<size_t>(t_n * group_in)), group_y(static_cast<size_t>(t_n * o_lora_));
-  std::vector<float> oa(static_cast<size_t>(t_n * groups_ * o_lora_));
-  for (int g = 0; g < groups_; ++g) {
-    for (int64_t t = 0; t < t_n; ++t) {
-      std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
-                  static_cast<size_t>(group_in) * sizeof(float));
-    }
-    const Bf16Weight w{wo_a_.data() + static_cast<size_t>(g) * static_cast<size_t>(o_lora_ * group_in), o_lora_,
-                       group_in};
-    bf16_linear(group_x.data(), t_n, w, group_y.data(), ctx, true);
-    for (int64_t t = 0; t < t_n; ++t) {
-      std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)], &group_y[static_cast<size_t>(t * o_lora_)],
-                  static_cast<size_t>(o_lora_) * sizeof(float));
-    }
-  }
-  fp8_linear_bf16(oa.data(), t_n, wo_b_, out, ctx);
   return Status::Ok();
 }
 

@@ -1,9 +1,7 @@
 // Attention of one layer (spec/MODEL.md §4.3-§4.6): q path, the single latent K=V into the FP8 window ring,
 // the compressor (KV sources), the indexer (index sources) with CSA2 sharing, sparse attention with the sink,
-// inverse RoPE, grouped wo_a then wo_b.
-//
-// Contract between the "model-attn" engineer (who implements this file, attention.cpp, and the per-sequence
-// state in attention_state.h) and the "model" engineer (who runs the layer loop and calls forward()).
+// inverse RoPE, grouped wo_a then wo_b. The layer loop (model/forward.h) calls it once per layer for a batch of
+// ragged rows.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +30,15 @@ class Csa2Shared;
 // Optional recorder of intermediates (index scores/top-k, candidate masks, compressor latents) for layer tests.
 struct AttentionTrace;
 
+// Consecutive rows of one sequence inside a batched attention call.
+struct AttentionSegment {
+  AttentionState* state = nullptr;
+  Csa2Shared* shared = nullptr;    // reset for [start_pos, start_pos + num_tokens)
+  int64_t start_pos = 0;           // absolute position of the segment's first row
+  int64_t num_tokens = 0;          // rows
+  AttentionTrace* trace = nullptr; // optional recorder of this segment's intermediates
+};
+
 class AttentionLayer {
  public:
   // Finds a tensor by its checkpoint name (nullptr: missing); lets tests bind from a bare SafetensorsFile.
@@ -45,21 +52,30 @@ class AttentionLayer {
                                                       const ModelConfig& config, int layer);
   ~AttentionLayer();
 
-  // x: attention input [num_tokens, dim] (bf16 values in fp32) at absolute positions start_pos..start_pos+num_tokens-1.
-  // out: [num_tokens, dim] (bf16 values). Updates `state` (this layer's window ring; on KV sources the compressed
-  // caches and compressor tail) and `shared`.
+  // One batched call over the rows of several sequences (spec §4.3-§4.6): x [rows, dim] (bf16 values in fp32)
+  // holds the segments' rows back to back, segment i's rows at absolute positions start_pos..start_pos+n-1 of its
+  // own sequence. out [rows, dim] (bf16 values). The projections (wq_a, wq_b, wkv, wo_a, wo_b) run once over all
+  // rows, so every weight is read once per call; the window ring, the compressor, the indexer and the sparse
+  // attention run per segment on its own state. Row r of out equals a call on its segment alone. Updates each
+  // segment's state (this layer's window ring; on KV sources the compressed caches and compressor tail) and its
+  // Csa2Shared, which must have been reset for the segment (same start_pos and num_tokens).
   // The CED decoder KV source's compressor reads the same x; rows that only feed the global KV (prompt rows before
   // the decoder's tail) go through forward_global_kv() instead.
   //
-  // `shared` must have been reset for this call (same start_pos and num_tokens). Window layout (it decides the
-  // 64-entry blocks of the attention kernel, so it follows model.py exactly):
+  // Window layout (it decides the 64-entry blocks of the attention kernel, so it follows model.py exactly):
   //   decode step (start_pos > 0, one token, shared.prefill_end 0): the ring, oldest slot first (model.py decode);
   //   prefill or a chunk of one: query s lists positions (s - W + 1).clamp(0) + [0, min(E, W)), entries > s
   //     are -1, E = max(end_pos, shared.prefill_end) (model.py prefill). A chunk gives what one prefill gives:
   //     for every row when prefill_end is the prompt's end, else for rows s >= W - 1.
   // Rows below shared.window_floor, or not held by the ring, are -1.
+  Status forward(const float* x, const AttentionSegment* segments, int64_t num_segments, const ComputeContext& ctx,
+                 float* out);
+  // One segment (layer tests): forward() over the rows [start_pos, start_pos + num_tokens) of one sequence.
   Status forward(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state, Csa2Shared& shared,
-                 const ComputeContext& ctx, float* out, AttentionTrace* trace = nullptr);
+                 const ComputeContext& ctx, float* out, AttentionTrace* trace = nullptr) {
+    const AttentionSegment segment{&state, &shared, start_pos, num_tokens, trace};
+    return forward(x, &segment, 1, ctx, out);
+  }
 
   // CED global-KV path (spec/MODEL.md §5): on a KV source, only the compressor, the indexer keys and the
   // compressed-KV store for positions [start_pos, start_pos + num_tokens) -- no query, no window ring write, no
@@ -67,14 +83,6 @@ class AttentionLayer {
   // from start_pos + num_tokens continues the same caches. Error on layers that are not KV sources.
   Status forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
                            const ComputeContext& ctx, AttentionTrace* trace = nullptr);
-
-  // Batched decode (engine; defined in attention_decode_batch.cpp): one token for each of `batch` sequences,
-  // x [batch, dim] at positions[b] > 0 with states[b] and shared[b] (each reset for its own single-token call).
-  // The projections (wq_a, wq_b, wkv, wo_a, wo_b) run once with rows = batch, so every weight is read once per
-  // step; window, compressor, indexer and sparse attention run per sequence. Row b of out equals forward() on
-  // that sequence alone. out [batch, dim].
-  Status forward_decode_batch(const float* x, int64_t batch, const int64_t* positions, AttentionState* const* states,
-                              Csa2Shared* const* shared, const ComputeContext& ctx, float* out);
 
   int layer() const { return layer_; }
   bool kv_source() const { return kv_source_; }
@@ -85,6 +93,11 @@ class AttentionLayer {
                         const ComputeContext& ctx, std::vector<float>* latents, std::vector<int64_t>* groups);
   Status store_entries(const std::vector<float>& latents, const std::vector<int64_t>& groups, AttentionState& state,
                        const ComputeContext& ctx);
+  // The per-sequence part of forward() for one segment: window rows, compressed branch, sparse attention.
+  // x, qr, q, kv and the kv codes/scales are the segment's rows of the batched projections; o [rows, heads, dim].
+  Status attend_segment(const AttentionSegment& segment, const float* x, const float* qr, const float* q,
+                        const float* kv, const uint8_t* kv_codes, const uint8_t* kv_scales, const ComputeContext& ctx,
+                        float* o);
   Status run_indexer(const float* x, const float* qr, int64_t num_tokens, int64_t start_pos,
                      const AttentionState& state, Csa2Shared& shared, const ComputeContext& ctx,
                      AttentionTrace* trace);

@@ -1,4 +1,4 @@
-// Test helpers for the engine tests: open a golden checkpoint once per process, greedy runs through ForwardPlan.
+// Test helpers for the engine tests: open a golden checkpoint once per process, the plans as batch builders + the one forward.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/forward_plan.h"
+#include "engine/batch_builder.h"
 #include "model/model_runner.h"
 #include "model/golden_tensors.h"
 
@@ -40,8 +40,35 @@ inline std::vector<int32_t> golden_prompt(const std::string& model, const std::s
   return ids;
 }
 
-// Greedy run through ForwardPlan: prefill in chunks of `chunk` tokens (0 = one chunk), then `steps` decode steps
-// of batch 1. logits: the last prompt row then one row per step.
+using engine::PrefillMode;
+using engine::PrefillOptions;
+using engine::prefill_mode_name;
+using engine::replay_start;
+
+// One prefill chunk of one sequence: the batch builder, then reserve + the one forward.
+inline Status prefill_chunk(const ModelRunner& runner, const int32_t* tokens, int64_t num_tokens, int64_t prompt_length,
+                            SequenceState& seq, const PrefillOptions& options, LogitsRows rows, ForwardOutput* out,
+                            const ComputeContext* ctx = nullptr) {
+  ForwardBatch batch;
+  Status s = engine::add_prefill_chunk(batch, runner.config(), seq, tokens, num_tokens, prompt_length, options, rows);
+  if (!s.ok()) return s;
+  return engine::run_batch(runner.weights(), batch, ctx ? *ctx : runner.context(), out);
+}
+
+// One decode step of several sequences in one batch (floors: per sequence, may be empty = 0). logits [batch, vocab].
+inline Status decode_step(const ModelRunner& runner, const std::vector<int32_t>& tokens,
+                          const std::vector<SequenceState*>& seqs, const std::vector<int64_t>& floors,
+                          std::vector<float>* logits, const ComputeContext* ctx = nullptr) {
+  ForwardBatch batch;
+  for (size_t b = 0; b < seqs.size(); ++b) engine::add_decode_row(batch, *seqs[b], tokens[b], floors.empty() ? 0 : floors[b]);
+  ForwardOutput out;
+  Status s = engine::run_batch(runner.weights(), batch, ctx ? *ctx : runner.context(), &out);
+  if (s.ok()) *logits = std::move(out.logits);
+  return s;
+}
+
+// Greedy run: prefill in chunks of `chunk` tokens (0 = one chunk), then `steps` decode steps of batch 1.
+// logits: the last prompt row then one row per step.
 struct PlanRun {
   std::vector<int32_t> generated;
   std::vector<float> logits;
@@ -50,15 +77,14 @@ struct PlanRun {
 inline PlanRun plan_greedy(const ModelRunner& runner, const std::vector<int32_t>& prompt, const PrefillOptions& options,
                            int64_t steps, int64_t chunk = 0) {
   PlanRun run;
-  ForwardPlan plan(runner.weights());
   auto seq = runner.new_sequence();
   EXPECT_TRUE(seq.ok());
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int64_t vocab = runner.config().vocab_size;
-  ChunkLogits out;
+  ForwardOutput out;
   for (int64_t done = 0; done < n;) {
     const int64_t c = chunk > 0 ? std::min(chunk, n - done) : n;
-    Status s = plan.prefill(prompt.data() + done, c, n, *seq, runner.context(), options, LogitsRows::kLast, &out);
+    Status s = prefill_chunk(runner, prompt.data() + done, c, n, *seq, options, LogitsRows::kLast, &out);
     EXPECT_TRUE(s.ok()) << s.message();
     if (!s.ok()) return run;
     done += c;
@@ -68,7 +94,7 @@ inline PlanRun plan_greedy(const ModelRunner& runner, const std::vector<int32_t>
   const int64_t floor = replay_start(runner.config(), options, n);
   for (int64_t i = 0; i < steps; ++i) {
     std::vector<float> logits;
-    Status s = plan.decode({run.generated.back()}, {&*seq}, {floor}, runner.context(), &logits);
+    Status s = decode_step(runner, {run.generated.back()}, {&*seq}, {floor}, &logits);
     EXPECT_TRUE(s.ok()) << s.message();
     if (!s.ok()) return run;
     run.generated.push_back(argmax(logits.data(), vocab));

@@ -1,5 +1,5 @@
-// Forward plans on the golden checkpoints: the exact plan is the official forward (Transformer::forward, the
-// goldens); bounded replay equals the exact plan run with the same decoder-window truncation; chunked prefill
+// The plans as batch builders of the one forward, on the golden checkpoints: the exact plan is the official
+// forward (the goldens); bounded replay equals the exact plan run with the same decoder-window truncation; chunked prefill
 // equals one chunk in both modes; a batched decode step equals each sequence alone; paged global KV equals owned.
 #include <gtest/gtest.h>
 
@@ -34,25 +34,24 @@ PrefillOptions replay() { return PrefillOptions{PrefillMode::kBoundedReplay, 0, 
 
 TEST_P(PlanTest, ExactPlanIsTheTransformerForward) {
   const ModelRunner& runner = *runner_;
-  ForwardPlan plan(runner.weights());
   auto a = runner.new_sequence();
   auto b = runner.new_sequence();
   ASSERT_TRUE(a.ok() && b.ok());
   std::vector<float> expected;
   ASSERT_TRUE(runner.forward(prompt_, *a, LogitsRows::kAll, &expected).ok());
-  ChunkLogits got;
+  ForwardOutput got;
   const int64_t n = static_cast<int64_t>(prompt_.size());
-  Status s = plan.prefill(prompt_.data(), n, n, *b, runner.context(), exact(), LogitsRows::kAll, &got);
+  Status s = prefill_chunk(runner, prompt_.data(), n, n, *b, exact(), LogitsRows::kAll, &got);
   ASSERT_TRUE(s.ok()) << s.message();
-  ASSERT_EQ(got.positions.size(), prompt_.size());
-  EXPECT_EQ(got.positions.front(), 0);
+  ASSERT_EQ(got.rows.size(), prompt_.size());
+  EXPECT_EQ(got.rows.front().position, 0);
   EXPECT_EQ(count_mismatches(got.logits, expected), 0);
   const int64_t vocab = runner.config().vocab_size;
   int32_t token = argmax(expected.data() + (n - 1) * vocab, vocab);
   for (int step = 0; step < 4; ++step) {
     std::vector<float> one, batched;
     ASSERT_TRUE(runner.forward({token}, *a, LogitsRows::kLast, &one).ok());
-    ASSERT_TRUE(plan.decode({token}, {&*b}, {}, runner.context(), &batched).ok());
+    ASSERT_TRUE(decode_step(runner, {token}, {&*b}, {}, &batched).ok());
     EXPECT_EQ(count_mismatches(batched, one), 0) << "decode step " << step;
     token = argmax(one.data(), vocab);
   }
@@ -80,16 +79,15 @@ TEST_P(PlanTest, BoundedReplayEqualsExactWithTruncatedDecoderWindow) {
   const int64_t floor = replay_start(runner.config(), replay(), n);
   ASSERT_GT(floor, 0) << "the prompt must be longer than the window for this test to mean anything";
   ASSERT_EQ(floor, replay_start(runner.config(), exact_truncated(), n));
-  ForwardPlan plan(runner.weights());
   auto a = runner.new_sequence();
   auto b = runner.new_sequence();
   ASSERT_TRUE(a.ok() && b.ok());
-  ChunkLogits bounded, full;
-  ASSERT_TRUE(plan.prefill(prompt_.data(), n, n, *a, runner.context(), replay(), LogitsRows::kAll, &bounded).ok());
-  ASSERT_TRUE(plan.prefill(prompt_.data(), n, n, *b, runner.context(), exact_truncated(), LogitsRows::kAll, &full).ok());
+  ForwardOutput bounded, full;
+  ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), n, n, *a, replay(), LogitsRows::kAll, &bounded).ok());
+  ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), n, n, *b, exact_truncated(), LogitsRows::kAll, &full).ok());
   // Replay computes the decoder on the tail only: its rows are positions [floor, n).
-  ASSERT_EQ(static_cast<int64_t>(bounded.positions.size()), n - floor);
-  EXPECT_EQ(bounded.positions.front(), floor);
+  ASSERT_EQ(static_cast<int64_t>(bounded.rows.size()), n - floor);
+  EXPECT_EQ(bounded.rows.front().position, floor);
   const int64_t vocab = runner.config().vocab_size;
   const std::vector<float> tail(full.logits.begin() + floor * vocab, full.logits.end());
   EXPECT_EQ(count_mismatches(bounded.logits, tail), 0);
@@ -97,8 +95,8 @@ TEST_P(PlanTest, BoundedReplayEqualsExactWithTruncatedDecoderWindow) {
   int32_t token = argmax(tail.data() + (n - floor - 1) * vocab, vocab);
   for (int step = 0; step < 6; ++step) {
     std::vector<float> la, lb;
-    ASSERT_TRUE(plan.decode({token}, {&*a}, {floor}, runner.context(), &la).ok());
-    ASSERT_TRUE(plan.decode({token}, {&*b}, {floor}, runner.context(), &lb).ok());
+    ASSERT_TRUE(decode_step(runner, {token}, {&*a}, {floor}, &la).ok());
+    ASSERT_TRUE(decode_step(runner, {token}, {&*b}, {floor}, &lb).ok());
     EXPECT_EQ(count_mismatches(la, lb), 0) << "decode step " << step;
     token = argmax(la.data(), vocab);
   }
@@ -126,7 +124,6 @@ TEST_P(PlanTest, ChunkedPrefillEqualsOneChunk) {
 
 TEST_P(PlanTest, BatchedDecodeEqualsEachSequenceAlone) {
   const ModelRunner& runner = *runner_;
-  ForwardPlan plan(runner.weights());
   // Three sequences of different lengths and plans.
   const std::vector<std::vector<int32_t>> prompts = {
       prompt_, std::vector<int32_t>(prompt_.begin() + 7, prompt_.begin() + 30),
@@ -142,8 +139,8 @@ TEST_P(PlanTest, BatchedDecodeEqualsEachSequenceAlone) {
       auto seq = runner.new_sequence();
       ASSERT_TRUE(seq.ok());
       states->push_back(std::move(*seq));
-      ChunkLogits out;
-      ASSERT_TRUE(plan.prefill(prompts[i].data(), n, n, states->back(), runner.context(), options[i],
+      ForwardOutput out;
+      ASSERT_TRUE(prefill_chunk(runner, prompts[i].data(), n, n, states->back(), options[i],
                                LogitsRows::kLast, &out).ok());
       if (states == &batch_states) tokens.push_back(argmax(out.logits.data(), vocab));
     }
@@ -153,10 +150,10 @@ TEST_P(PlanTest, BatchedDecodeEqualsEachSequenceAlone) {
     std::vector<float> batched;
     std::vector<SequenceState*> seqs;
     for (auto& s : batch_states) seqs.push_back(&s);
-    ASSERT_TRUE(plan.decode(tokens, seqs, floors, runner.context(), &batched).ok());
+    ASSERT_TRUE(decode_step(runner, tokens, seqs, floors, &batched).ok());
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::vector<float> alone;
-      ASSERT_TRUE(plan.decode({tokens[i]}, {&alone_states[i]}, {floors[i]}, runner.context(), &alone).ok());
+      ASSERT_TRUE(decode_step(runner, {tokens[i]}, {&alone_states[i]}, {floors[i]}, &alone).ok());
       const std::vector<float> row(batched.begin() + static_cast<int64_t>(i) * vocab,
                                    batched.begin() + static_cast<int64_t>(i + 1) * vocab);
       EXPECT_EQ(count_mismatches(row, alone), 0) << "step " << step << " sequence " << i;
@@ -165,17 +162,58 @@ TEST_P(PlanTest, BatchedDecodeEqualsEachSequenceAlone) {
   }
 }
 
+// A mixed step (prefill chunks of some sequences and decode rows of others in one forward) equals the same work
+// done in separate calls: the plans compose as batch builders.
+TEST_P(PlanTest, MixedPrefillAndDecodeStepEqualsSeparateCalls) {
+  const ModelRunner& runner = *runner_;
+  const int64_t vocab = runner.config().vocab_size;
+  const int64_t n = static_cast<int64_t>(prompt_.size());
+  const std::vector<int32_t> second(prompt_.begin() + 5, prompt_.begin() + 45);  // prefilled in two chunks
+  const int64_t m = static_cast<int64_t>(second.size());
+  auto decoding_mixed = runner.new_sequence(), decoding_alone = runner.new_sequence();
+  auto prefill_mixed = runner.new_sequence(), prefill_alone = runner.new_sequence();
+  ASSERT_TRUE(decoding_mixed.ok() && decoding_alone.ok() && prefill_mixed.ok() && prefill_alone.ok());
+  ForwardOutput out;
+  ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), n, n, *decoding_mixed, replay(), LogitsRows::kLast, &out).ok());
+  ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), n, n, *decoding_alone, replay(), LogitsRows::kLast, &out).ok());
+  int32_t token = argmax(out.logits.data(), vocab);
+  const int64_t floor = replay_start(runner.config(), replay(), n);
+  for (int64_t done = 0; done < m; done += 20) {
+    ForwardBatch mixed;
+    engine::add_decode_row(mixed, *decoding_mixed, token, floor);
+    ASSERT_TRUE(engine::add_prefill_chunk(mixed, runner.config(), *prefill_mixed, second.data() + done, 20, m, exact(),
+                                          LogitsRows::kAll).ok());
+    ForwardOutput together;
+    Status st = engine::run_batch(runner.weights(), mixed, runner.context(), &together);
+    ASSERT_TRUE(st.ok()) << st.message();
+    std::vector<float> decoded;
+    ASSERT_TRUE(decode_step(runner, {token}, {&*decoding_alone}, {floor}, &decoded).ok());
+    ForwardOutput prefilled;
+    ASSERT_TRUE(prefill_chunk(runner, second.data() + done, 20, m, *prefill_alone, exact(), LogitsRows::kAll, &prefilled).ok());
+    ASSERT_EQ(together.rows.size(), 21u);
+    EXPECT_EQ(together.rows[0].segment, 0);
+    EXPECT_EQ(together.rows[1].segment, 1);
+    EXPECT_EQ(together.rows[1].position, done);
+    const std::vector<float> decode_row(together.logits.begin(), together.logits.begin() + vocab);
+    const std::vector<float> prefill_rows(together.logits.begin() + vocab, together.logits.end());
+    EXPECT_EQ(count_mismatches(decode_row, decoded), 0) << "chunk at " << done;
+    EXPECT_EQ(count_mismatches(prefill_rows, prefilled.logits), 0) << "chunk at " << done;
+    token = argmax(decoded.data(), vocab);
+  }
+  EXPECT_EQ(prefill_mixed->num_positions(), m);
+  EXPECT_EQ(decoding_mixed->num_positions(), decoding_alone->num_positions());
+}
+
 // StepProfile (dsflash bench --breakdown) times the decode phases without changing a bit of the result; every
 // phase a compressed model has gets time, and the phases add up to (at most) the step's wall time.
 TEST_P(PlanTest, ProfiledDecodeIsBitIdenticalAndTimesEveryPhase) {
   const ModelRunner& runner = *runner_;
-  ForwardPlan plan(runner.weights());
   const int64_t n = static_cast<int64_t>(prompt_.size());
   const int64_t vocab = runner.config().vocab_size;
   auto seq = runner.new_sequence();
   ASSERT_TRUE(seq.ok());
-  ChunkLogits out;
-  ASSERT_TRUE(plan.prefill(prompt_.data(), n, n, *seq, runner.context(), replay(), LogitsRows::kLast, &out).ok());
+  ForwardOutput out;
+  ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), n, n, *seq, replay(), LogitsRows::kLast, &out).ok());
   SequenceState plain = *seq, profiled = std::move(*seq);
   const int64_t floor = replay_start(runner.config(), replay(), n);
   ComputeContext ctx = runner.context();
@@ -186,8 +224,8 @@ TEST_P(PlanTest, ProfiledDecodeIsBitIdenticalAndTimesEveryPhase) {
   profile.reset();
   for (int step = 0; step < 3; ++step) {
     std::vector<float> a, b;
-    ASSERT_TRUE(plan.decode({token}, {&plain}, {floor}, runner.context(), &a).ok());
-    ASSERT_TRUE(plan.decode({token}, {&profiled}, {floor}, ctx, &b).ok());
+    ASSERT_TRUE(decode_step(runner, {token}, {&plain}, {floor}, &a).ok());
+    ASSERT_TRUE(decode_step(runner, {token}, {&profiled}, {floor}, &b, &ctx).ok());
     EXPECT_EQ(count_mismatches(a, b), 0) << "step " << step;
     token = argmax(a.data(), vocab);
   }
@@ -209,14 +247,13 @@ TEST_P(PlanTest, PagedGlobalKvEqualsOwnedVectors) {
   const int64_t n = static_cast<int64_t>(prompt_.size());
   auto pages = (*manager)->open(n);
   ASSERT_TRUE(pages.ok());
-  ForwardPlan plan(runner.weights());
   auto owned = runner.new_sequence();
   auto paged = runner.new_sequence();
   ASSERT_TRUE(owned.ok() && paged.ok());
   ASSERT_TRUE(paged->attention().attach_pages(*pages).ok());
-  ChunkLogits a, b;
-  ASSERT_TRUE(plan.prefill(prompt_.data(), n, n, *owned, runner.context(), replay(), LogitsRows::kLast, &a).ok());
-  ASSERT_TRUE(plan.prefill(prompt_.data(), n, n, *paged, runner.context(), replay(), LogitsRows::kLast, &b).ok());
+  ForwardOutput a, b;
+  ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), n, n, *owned, replay(), LogitsRows::kLast, &a).ok());
+  ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), n, n, *paged, replay(), LogitsRows::kLast, &b).ok());
   EXPECT_EQ(count_mismatches(a.logits, b.logits), 0);
   EXPECT_EQ(owned->attention().global_kv_bytes(), paged->attention().global_kv_bytes());
   // Decoding past the reserved positions grows the pages through the manager.
@@ -225,8 +262,8 @@ TEST_P(PlanTest, PagedGlobalKvEqualsOwnedVectors) {
   const int64_t floor = replay_start(runner.config(), replay(), n);
   for (int step = 0; step < 20; ++step) {
     std::vector<float> la, lb;
-    ASSERT_TRUE(plan.decode({token}, {&*owned}, {floor}, runner.context(), &la).ok());
-    Status s = plan.decode({token}, {&*paged}, {floor}, runner.context(), &lb);
+    ASSERT_TRUE(decode_step(runner, {token}, {&*owned}, {floor}, &la).ok());
+    Status s = decode_step(runner, {token}, {&*paged}, {floor}, &lb);
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(count_mismatches(la, lb), 0) << step;
     token = argmax(la.data(), vocab);
@@ -247,10 +284,9 @@ TEST_P(PlanTest, PagedStateReportsBudgetExhaustionAsAnError) {
   auto seq = runner.new_sequence();
   ASSERT_TRUE(seq.ok());
   ASSERT_TRUE(seq->attention().attach_pages(*pages).ok());
-  ForwardPlan plan(runner.weights());
   const int64_t n = static_cast<int64_t>(prompt_.size());
-  ChunkLogits out;
-  Status s = plan.prefill(prompt_.data(), n, n, *seq, runner.context(), exact(), LogitsRows::kLast, &out);
+  ForwardOutput out;
+  Status s = prefill_chunk(runner, prompt_.data(), n, n, *seq, exact(), LogitsRows::kLast, &out);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("KV cache full"), std::string::npos) << s.message();
   EXPECT_EQ((*pages)->num_blocks(), 1);
