@@ -13,8 +13,10 @@ libs="-lpcre2-8 -lutf8proc"
 for target in fuzz_tokenizer fuzz_output_parser; do
   clang++ $flags "$repo/fuzz/$target.cpp" $srcs $libs -o "$out/$target"
 done
+clang++ $flags "$repo/fuzz/fuzz_block_record.cpp" "$repo/src/prefix/block_record.cpp" "$repo/src/prefix/fingerprint.cpp" \
+  "$repo"/src/io/*.cpp "$repo"/src/formats/*.cpp "$repo"/src/core/*.cpp -lxxhash -o "$out/fuzz_block_record"
 export DSFLASH_FUZZ_TOKENIZER="${DSFLASH_FUZZ_TOKENIZER:-$repo/../shared/tokenizer/deepseek_v41_tokenizer.reconstructed.json}"
-mkdir -p "$out/corpus_tokenizer" "$out/corpus_output_parser"
+mkdir -p "$out/corpus_tokenizer" "$out/corpus_output_parser" "$out/corpus_block_record"
 # Seeds: the committed test texts.
 python3 - "$repo" "$out" <<'PY'
 import json, sys, os
@@ -27,14 +29,33 @@ ch = json.load(open(os.path.join(repo, "tests/data/tokenizer/chat_goldens.json")
 for i, p in enumerate(ch["parses"]):
     open(os.path.join(out, "corpus_output_parser", f"seed_{i}"), "wb").write(bytes([1 if p["thinking"] else 0]) + p["text"].encode())
 PY
+# A valid record seed (fingerprint {1, 2}, 4 tokens, 16 KV bytes) in the layout the parser documents; needs
+# Debian python3-xxhash (apt-get install python3-xxhash), else the record fuzzer starts from an empty corpus.
+/usr/bin/python3 - "$out" <<'PY' || true
+import struct, sys, os
+try:
+    import xxhash
+except ImportError:
+    sys.exit(0)
+out = sys.argv[1]
+tokens, kv = [5, 6, 7, 8], bytes(range(16))
+payload = b"".join(struct.pack("<i", t) for t in tokens) + kv
+head = b"DSFKVBLK" + struct.pack("<IIQQQQQIIQQQ", 1, 96, 1, 2, 0x1111, 0x2222, 3, len(tokens), 0, len(kv), 1700000000, len(payload))
+sum_ = xxhash.xxh3_64(head + payload).intdigest()
+open(os.path.join(out, "corpus_block_record", "seed_0"), "wb").write(head + struct.pack("<Q", sum_) + payload)
+PY
 "$out/fuzz_tokenizer" -max_total_time="$seconds" -max_len=4096 -artifact_prefix="$out/crash_tokenizer_" \
   "$out/corpus_tokenizer" > "$out/fuzz_tokenizer.log" 2>&1 &
 p1=$!
 "$out/fuzz_output_parser" -max_total_time="$seconds" -max_len=4096 -artifact_prefix="$out/crash_output_parser_" \
   -dict="$repo/fuzz/dsml.dict" "$out/corpus_output_parser" > "$out/fuzz_output_parser.log" 2>&1 &
 p2=$!
+"$out/fuzz_block_record" -max_total_time="$seconds" -max_len=70000 -artifact_prefix="$out/crash_block_record_" \
+  "$out/corpus_block_record" > "$out/fuzz_block_record.log" 2>&1 &
+p3=$!
 rc=0
 wait $p1 || rc=1
 wait $p2 || rc=1
-tail -n 3 "$out/fuzz_tokenizer.log" "$out/fuzz_output_parser.log"
+wait $p3 || rc=1
+tail -n 3 "$out/fuzz_tokenizer.log" "$out/fuzz_output_parser.log" "$out/fuzz_block_record.log"
 exit $rc
