@@ -78,7 +78,7 @@ Result<SequencePages*> KvCacheManager::open(int64_t num_positions) {
   if (!seq.ok()) return seq.status();
   Status s = reserve((*seq)->pages(), num_positions);
   if (!s.ok()) {  // unreachable given the check above; kept so that a failure never leaks the fixed charge
-    (void)release(*seq);
+    (void)release(**seq);
     return s;
   }
   return &(*seq)->pages();
@@ -177,11 +177,6 @@ Status KvCacheManager::release(SequencePages* seq) {
   const int64_t id = seq->id_;
   sequences_.erase(id);
   return Status::Ok();
-}
-
-Status KvCacheManager::release(SequenceKv* seq) {
-  if (seq == nullptr) return Status::Error("KV cache: release of a null sequence");
-  return release(&seq->pages());
 }
 
 SequenceKv* KvCacheManager::sequence(const SequencePages* pages) {

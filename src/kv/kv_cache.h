@@ -15,7 +15,7 @@
 //   per step: can_reserve(seq->pages(), n) ? reserve(seq->pages(), n) : preempt someone;
 //             forward (writes windows / tails / compressed entries past the frozen blocks, never allocates);
 //             commit_full_blocks(seq->pages(), tokens so far, seed);   // publish the blocks just filled
-//   release(seq);                                            // shared and cached blocks survive
+//   release(*seq);                                           // shared and cached blocks survive
 // A request that cannot fit gets an error naming what it needs and what is free; nothing already held changes.
 // Not thread-safe: the scheduler thread owns the manager and every sequence it hands out.
 #pragma once
@@ -110,7 +110,7 @@ class KvCacheManager {
   // Drops the sequence's block references (last block first, so a cached chain is evicted from its end) and its
   // fixed state. Blocks other sequences map survive; published blocks stay cached. `seq` is invalid afterwards.
   Status release(SequencePages* seq);
-  Status release(SequenceKv* seq);
+  Status release(SequenceKv& seq) { return release(&seq.pages()); }
 
   // The live sequence owning `pages` (nullptr when none).
   SequenceKv* sequence(const SequencePages* pages);
