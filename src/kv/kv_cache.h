@@ -1,78 +1,55 @@
-// The KV cache manager (policy) and the per-sequence page table of global KV (DESIGN.md "Memory formats",
-// spec/MODEL.md §6). One byte budget covers everything the KV state of all live sequences occupies:
-//   global KV blocks  : KvLayout::block_bytes each, taken from the BlockPool as a sequence grows;
-//   per-sequence state: window rings (every layer, window rows of 528 B), compressor tails, Engram history,
-//                       charged in full when the sequence is opened (their size does not depend on its length).
+// The KV cache manager (policy): one byte budget for every per-sequence KV byte of all live sequences
+// (DESIGN.md "Memory formats", spec/MODEL.md §6):
+//   fixed state : window rings (rows + slot tags), compressor tails, Engram history: one arena of
+//                 KvLayout::fixed_bytes_per_sequence() per sequence, allocated and charged by open_sequence();
+//   global KV   : KvLayout::block_bytes per block, from the BlockPool, mapped into a sequence's page table as it
+//                 grows (reserve() before each step) or shared from the prefix cache (attach_cached_prefix()).
+// Charged bytes = fixed state of live sequences + blocks held by the pool (in use, each counted once however many
+// sequences map it, plus cached blocks nobody references) <= budget, always. Cached blocks are reclaimable: free
+// bytes count them, and an allocation that needs their room evicts them, least recently released first.
+//
+// Use by the engine, per sequence:
+//   SequenceKv* seq = open_sequence();                       // fixed state only
+//   hashes = hash_full_blocks(prompt, layout().block_tokens, seed);
+//   attach_cached_prefix(*seq, hashes);                      // shared blocks, refcount+1, no new memory
+//   per step: can_reserve(seq->pages(), n) ? reserve(seq->pages(), n) : preempt someone;
+//             forward (writes windows / tails / compressed entries past the frozen blocks, never allocates);
+//             commit_full_blocks(seq->pages(), tokens so far, seed);   // publish the blocks just filled
+//   release(*seq);                                           // shared and cached blocks survive
 // A request that cannot fit gets an error naming what it needs and what is free; nothing already held changes.
-// Not thread-safe: the scheduler thread owns the manager and every SequencePages it hands out.
+// Not thread-safe: the scheduler thread owns the manager and every sequence it hands out.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "kv/block_hash.h"
 #include "kv/block_pool.h"
 #include "kv/kv_layout.h"
+#include "kv/sequence_kv.h"
+#include "kv/sequence_pages.h"
 
 namespace dsflash::kv {
 
-class KvCacheManager;
-
-// Page table of one sequence's global KV: block i covers positions [i*block_tokens, (i+1)*block_tokens) of every
-// KV source. Entry j of source s lives in block j / entries_per_block(s). Owned by the manager.
-class SequencePages {
- public:
-  int64_t id() const { return id_; }
-  const KvLayout& layout() const { return *layout_; }
-  int64_t num_blocks() const { return static_cast<int64_t>(block_ids_.size()); }
-  const std::vector<int32_t>& block_ids() const { return block_ids_; }
-  // Positions the blocks held can store (a multiple of block_tokens).
-  int64_t capacity_positions() const { return num_blocks() * layout_->block_tokens; }
-  // Entries of source `source` (index into layout().sources) the blocks held can store.
-  int64_t capacity_entries(int source) const;
-  // Global KV bytes held (whole blocks).
-  int64_t global_bytes() const { return num_blocks() * layout_->block_bytes; }
-
-  // Bytes of entry `entry` of source `source`; entry < capacity_entries(source).
-  // main entry: [head_dim/2] packed e2m1 then [head_dim/16] e4m3 scales.
-  uint8_t* main_entry(int source, int64_t entry) { return address(source, entry, false); }
-  const uint8_t* main_entry(int source, int64_t entry) const {
-    return const_cast<SequencePages*>(this)->address(source, entry, false);
-  }
-  // indexer key: [index_head_dim/2] packed e2m1 then [index_head_dim/32] ue8m0 scales.
-  uint8_t* index_key(int source, int64_t entry) { return address(source, entry, true); }
-  const uint8_t* index_key(int source, int64_t entry) const {
-    return const_cast<SequencePages*>(this)->address(source, entry, true);
-  }
-
-  // Grows the page table to hold `num_positions` positions (no-op when it already does). Error, nothing changed,
-  // when the manager's budget cannot hold the extra blocks.
-  Status reserve_positions(int64_t num_positions);
-
- private:
-  friend class KvCacheManager;
-  SequencePages(KvCacheManager* owner, const KvLayout* layout, int64_t id) : owner_(owner), layout_(layout), id_(id) {}
-  uint8_t* address(int source, int64_t entry, bool index_key);
-
-  KvCacheManager* owner_;
-  const KvLayout* layout_;
-  int64_t id_;
-  std::vector<int32_t> block_ids_;
-  std::vector<uint8_t*> block_data_;  // [blocks] base address of each block
-};
-
 struct KvStats {
   int64_t budget_bytes = 0;
-  int64_t used_bytes = 0;          // global blocks in use + fixed per-sequence state of live sequences
-  int64_t global_bytes = 0;        // global KV blocks in use
-  int64_t fixed_bytes = 0;         // window rings + tails + Engram history of live sequences
-  int64_t window_bytes = 0;        // of which window rings
+  int64_t used_bytes = 0;          // global blocks in use + fixed state of live sequences
+  int64_t global_bytes = 0;        // global KV blocks in use (shared blocks once)
+  int64_t fixed_bytes = 0;         // window rings + slot tags + tails + Engram history of live sequences
+  int64_t window_bytes = 0;        // of which window ring rows
+  int64_t cached_bytes = 0;        // cached blocks no sequence references (reclaimable, counted in free_bytes)
   int64_t free_bytes = 0;          // budget_bytes - used_bytes
   int64_t num_sequences = 0;
-  int64_t used_blocks = 0;
+  int64_t used_blocks = 0;         // blocks with refcount > 0
+  int64_t shared_blocks = 0;       // of which mapped by more than one sequence
+  int64_t committed_blocks = 0;    // hashed blocks, in use or cached
+  int64_t cached_blocks = 0;       // hashed blocks with refcount 0
+  int64_t backing_bytes = 0;       // host memory the pool keeps (<= budget - fixed_bytes)
   int64_t reserved_positions = 0;  // sum over live sequences of capacity_positions()
   double formula_global_bytes_per_token = 0;  // KvLayout::global_bytes_per_token()
 
@@ -83,35 +60,78 @@ class KvCacheManager {
  public:
   // budget_bytes: what global blocks plus per-sequence fixed state may occupy in total.
   static Result<std::unique_ptr<KvCacheManager>> create(const KvLayout& layout, int64_t budget_bytes);
+  KvCacheManager(const KvCacheManager&) = delete;
+  KvCacheManager& operator=(const KvCacheManager&) = delete;
 
   const KvLayout& layout() const { return layout_; }
   int64_t budget_bytes() const { return budget_bytes_; }
+  int64_t used_bytes() const { return pool_.used_blocks() * layout_.block_bytes + fixed_total_; }
+  // budget - used: includes cached blocks (an allocation may evict them).
+  int64_t free_bytes() const { return budget_bytes_ - used_bytes(); }
 
+  // --- opening --------------------------------------------------------------------------------------------
   // Bytes a new sequence reserving `num_positions` positions occupies: fixed state + whole blocks.
   int64_t bytes_for_sequence(int64_t num_positions) const;
   // Whether a new sequence reserving `num_positions` positions fits in what is free now.
-  bool can_open(int64_t num_positions) const { return bytes_for_sequence(num_positions) <= free_bytes(); }
-  int64_t free_bytes() const { return budget_bytes_ - used_bytes(); }
-  int64_t used_bytes() const;
-
-  // A new sequence with blocks for `num_positions` positions (0: only the fixed state). Error when it does not
-  // fit; nothing changes then.
+  bool can_open(int64_t num_positions = 0) const { return bytes_for_sequence(num_positions) <= free_bytes(); }
+  // A new sequence with its fixed state (no blocks yet). Error, nothing changed, when the fixed state does not fit
+  // (cached blocks are evicted to make room if they must).
+  Result<SequenceKv*> open_sequence();
+  // open_sequence() + reserve(num_positions), returning the page table (the model's AttentionState::attach_pages
+  // path, until the model keeps its state in SequenceKv). All or nothing.
   Result<SequencePages*> open(int64_t num_positions);
-  // Grows `seq` to `num_positions` positions. Error (nothing changes) when the budget cannot hold it.
+
+  // --- growing --------------------------------------------------------------------------------------------
+  // Bytes of the blocks `seq` still needs to hold `num_positions` positions (0 when it already does).
+  int64_t bytes_to_reserve(const SequencePages& seq, int64_t num_positions) const;
+  bool can_reserve(const SequencePages& seq, int64_t num_positions) const {
+    return bytes_to_reserve(seq, num_positions) <= free_bytes();
+  }
+  // Grows `seq` to hold `num_positions` positions (new blocks, refcount 1). Error naming the bytes needed and
+  // free, nothing changed, when the budget cannot hold them.
   Status reserve(SequencePages& seq, int64_t num_positions);
-  // Returns every block and the fixed state of a finished (or cancelled) sequence. `seq` is invalid afterwards.
+
+  // --- sharing --------------------------------------------------------------------------------------------
+  // How many leading hashes of `hashes` (hash_full_blocks of a prompt) name cached blocks.
+  int64_t cached_prefix_blocks(std::span<const BlockHash> hashes) const;
+  // Maps the longest cached prefix of `hashes` into `seq`, which must have no blocks yet: each block's refcount
+  // +1, no new memory, and they become seq's frozen (read-only) blocks. Returns the number of blocks mapped
+  // (0 when none is cached). `seed`: the seed the hashes were made with (commit_full_blocks must use it too).
+  Result<int64_t> attach_cached_prefix(SequencePages& seq, std::span<const BlockHash> hashes, uint64_t seed);
+  // Same, then SequenceKv::adopt_frozen_prefix() (compressed entries and num_positions cover the prefix).
+  Result<int64_t> attach_cached_prefix(SequenceKv& seq, std::span<const BlockHash> hashes, uint64_t seed);
+  // Hashes and publishes every full block of `seq` not yet frozen: `tokens` = the token ids of positions
+  // 0 .. tokens.size()-1, all of whose KV has been written; blocks [num_frozen, min(tokens.size() / block_tokens,
+  // num_blocks)) are committed, chained from the last frozen hash. Returns the number of blocks newly frozen.
+  // Error (nothing changed) when `seed` differs from the one the sequence's frozen blocks were hashed with.
+  Result<int64_t> commit_full_blocks(SequencePages& seq, std::span<const int32_t> tokens, uint64_t seed);
+
+  // --- finishing ------------------------------------------------------------------------------------------
+  // Drops the sequence's block references (last block first, so a cached chain is evicted from its end) and its
+  // fixed state. Blocks other sequences map survive; published blocks stay cached. `seq` is invalid afterwards.
   Status release(SequencePages* seq);
+  Status release(SequenceKv& seq) { return release(&seq.pages()); }
+
+  // The live sequence owning `pages` (nullptr when none).
+  SequenceKv* sequence(const SequencePages* pages);
+  // Refcount of a block (tests, stats).
+  int32_t block_refcount(int32_t block) const { return pool_.refcount(block); }
+  const BlockPool& pool() const { return pool_; }
 
   KvStats stats() const;
 
  private:
   KvCacheManager(const KvLayout& layout, int64_t budget_bytes);
+  // Blocks the pool may hold when the live fixed state is `fixed_total`.
+  int64_t max_blocks_for(int64_t fixed_total) const;
+  Status check_owned(const SequencePages& seq) const;
 
   KvLayout layout_;
   int64_t budget_bytes_;
   BlockPool pool_;
+  int64_t fixed_total_ = 0;  // fixed state of live sequences
   int64_t next_id_ = 0;
-  std::map<int64_t, std::unique_ptr<SequencePages>> sequences_;
+  std::map<int64_t, std::unique_ptr<SequenceKv>> sequences_;
 };
 
 }  // namespace dsflash::kv

@@ -21,6 +21,9 @@ Result<KvLayout> KvLayout::from_config(const ModelConfig& config, int64_t block_
   layout.window = config.window_size;
   layout.num_window_layers = config.total_layers();
   layout.window_row_bytes = config.head_dim + config.head_dim / 32;
+  layout.window_tag_bytes = static_cast<int64_t>(sizeof(int64_t));
+  layout.head_dim = config.head_dim;
+  layout.index_head_dim = config.index_head_dim;
   if (!config.kv_source_layers.empty() && (config.index_head_dim <= 0 || config.index_head_dim % 32 != 0)) {
     return Status::Error("KV layout: config index_head_dim " + std::to_string(config.index_head_dim) +
                          " must be a positive multiple of 32 (MXFP4 indexer keys)");
@@ -53,6 +56,7 @@ Result<KvLayout> KvLayout::from_config(const ModelConfig& config, int64_t block_
   layout.block_bytes = offset;
   if (!config.engram_layer_ids.empty()) {
     const int64_t recent = std::max(config.engram_max_ngram_size - 1, 0);
+    layout.engram_recent = recent;
     layout.engram_history_bytes = (recent + 1) * static_cast<int64_t>(sizeof(int64_t));
   }
   return layout;
@@ -86,8 +90,12 @@ int64_t KvLayout::window_bytes_per_sequence() const {
   return static_cast<int64_t>(num_window_layers) * window * window_row_bytes;
 }
 
+int64_t KvLayout::window_tag_bytes_per_sequence() const {
+  return static_cast<int64_t>(num_window_layers) * window * window_tag_bytes;
+}
+
 int64_t KvLayout::fixed_bytes_per_sequence() const {
-  return window_bytes_per_sequence() + tail_bytes + engram_history_bytes;
+  return window_bytes_per_sequence() + window_tag_bytes_per_sequence() + tail_bytes + engram_history_bytes;
 }
 
 std::string KvLayout::describe() const {
@@ -100,7 +108,8 @@ std::string KvLayout::describe() const {
   }
   out << "); block " << block_tokens << " tokens = " << block_bytes << " B\n";
   out << "window rings: " << num_window_layers << " layers x " << window << " rows x " << window_row_bytes
-      << " B = " << window_bytes_per_sequence() << " B/sequence\n";
+      << " B = " << window_bytes_per_sequence() << " B/sequence (+ " << window_tag_bytes_per_sequence()
+      << " B slot tags)\n";
   out << "compressor tails: " << tail_bytes << " B/sequence; Engram history: " << engram_history_bytes
       << " B/sequence\n";
   return out.str();

@@ -35,12 +35,18 @@ struct KvLayout {
   int64_t block_bytes = 0;   // bytes of one block (all sources)
   std::vector<GlobalSource> sources;
 
-  // Per-sequence fixed state.
+  // Entry dims (config.head_dim, config.index_head_dim).
+  int64_t head_dim = 0;
+  int64_t index_head_dim = 0;
+
+  // Per-sequence fixed state (kv::SequenceKv carves exactly fixed_bytes_per_sequence() bytes out of one arena).
   int window = 0;                // window rows per layer (V4.1: 128)
   int num_window_layers = 0;     // layers with a window ring (backbone + DSpark stages)
   int64_t window_row_bytes = 0;  // head_dim e4m3 + head_dim/32 ue8m0 (528 B at 512)
+  int64_t window_tag_bytes = 0;  // per ring slot: the int64 position it holds (8 B)
   int64_t tail_bytes = 0;        // fp32 kv + score [ratio, head_dim] of every ratio > 1 source
-  int64_t engram_history_bytes = 0;  // up to max_ngram-1 recent compressed ids (int64) + the counter
+  int64_t engram_recent = 0;     // Engram history capacity: max_ngram - 1 ids (0 without Engram layers)
+  int64_t engram_history_bytes = 0;  // (engram_recent + 1) int64: the counter + the recent compressed ids
 
   // block_tokens must be a positive multiple of every KV source's ratio. Errors name the config field.
   static Result<KvLayout> from_config(const ModelConfig& config, int64_t block_tokens = 64);
@@ -56,7 +62,10 @@ struct KvLayout {
   int64_t global_bytes_for_positions(int64_t num_positions) const;
   // Window rings of one sequence: num_window_layers * window * window_row_bytes (2,703,360 B on V4.1 backbone).
   int64_t window_bytes_per_sequence() const;
-  // Window rings + compressor tails + Engram history: what a sequence costs before its first global block.
+  // Slot tags of the window rings: num_window_layers * window * window_tag_bytes.
+  int64_t window_tag_bytes_per_sequence() const;
+  // Window rings (rows + slot tags) + compressor tails + Engram history: what a sequence costs before its first
+  // global block.
   int64_t fixed_bytes_per_sequence() const;
 
   // One line per figure, for `inspect` and the benchmark.

@@ -39,7 +39,7 @@ TEST(PagedCompressedKv, AttachCopiesAndAppendsGrowThePages) {
   ASSERT_TRUE(layout.ok());
   auto manager = KvCacheManager::create(*layout, 16 << 20);
   ASSERT_TRUE(manager.ok());
-  CompressedKv owned(1, 512, 128), paged(1, 512, 128);
+  dsflash::CompressedKv owned(1, 512, 128), paged(1, 512, 128);
   std::vector<uint8_t> m, k;
   for (int64_t e = 0; e < 5; ++e) {
     entry_bytes(e, &m, &k);
@@ -88,7 +88,7 @@ TEST(PagedCompressedKv, RefusedBudgetStoresNothing) {
   Status refused = state->reserve_positions(17);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("KV cache full"), std::string::npos) << refused.message();
-  CompressedKv* kv = state->compressed(4);
+  dsflash::CompressedKv* kv = state->compressed(4);
   ASSERT_NE(kv, nullptr);
   std::vector<uint8_t> m, k;
   for (int64_t e = 0; e < 16; ++e) {
@@ -102,7 +102,7 @@ TEST(PagedCompressedKv, RefusedBudgetStoresNothing) {
   std::vector<float> row(512), expected(512);
   kv->read_kv(15, row.data());
   entry_bytes(15, &m, &k);
-  CompressedKv check(1, 512, 128);
+  dsflash::CompressedKv check(1, 512, 128);
   ASSERT_TRUE(check.append(m.data(), m.data() + 256, k.data(), k.data() + 64).ok());
   check.read_kv(0, expected.data());
   EXPECT_EQ(row, expected);  // the last stored entry is intact

@@ -1,0 +1,26 @@
+#include "kv/sequence_pages.h"
+
+#include "kv/kv_cache.h"
+
+namespace dsflash::kv {
+
+int64_t SequencePages::capacity_entries(int source) const {
+  return num_blocks() * layout_->sources[static_cast<size_t>(source)].entries_per_block;
+}
+
+bool SequencePages::entry_frozen(int source, int64_t entry) const {
+  return entry / layout_->sources[static_cast<size_t>(source)].entries_per_block < num_frozen_blocks();
+}
+
+uint8_t* SequencePages::address(int source, int64_t entry, bool index_key) {
+  const GlobalSource& s = layout_->sources[static_cast<size_t>(source)];
+  const int64_t block = entry / s.entries_per_block;
+  const int64_t within = entry % s.entries_per_block;
+  uint8_t* base = block_data_[static_cast<size_t>(block)];
+  return index_key ? base + s.index_offset + within * s.index_key_bytes
+                   : base + s.main_offset + within * s.main_entry_bytes;
+}
+
+Status SequencePages::reserve_positions(int64_t num_positions) { return owner_->reserve(*this, num_positions); }
+
+}  // namespace dsflash::kv
