@@ -16,12 +16,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
   runner->weights_ = std::move(*weights);
   runner->transformer_ = std::make_unique<Transformer>(*runner->weights_);
   if (options.reference) {
-    runner->ctx_.linear = &reference_linear_kernels();
-    runner->ctx_.reference = true;
+    runner->ctx_ = ComputeContext::for_backend(reference_backend());
   } else {
     runner->pool_ = std::make_unique<ThreadPool>(options.num_threads);
-    runner->ctx_.linear = &best_linear_kernels();
-    runner->ctx_.pool = runner->pool_.get();
+    runner->ctx_ = ComputeContext::for_backend(best_backend(), runner->pool_.get());
   }
   return runner;
 }
