@@ -109,7 +109,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     line["vocab"] = (*runner)->config().vocab_size;
     line["prompt_tokens"] = prompt->size();
     line["decode_steps"] = options->steps;
-    line["kernels"] = options->reference ? "reference" : (*runner)->context().linear->name;
+    line["kernels"] = (*runner)->context().backend->name;
     line["plan"] = options->exact ? "exact" : "bounded-replay";
     line["out"] = options->out;
     std::cout << line.dump() << std::endl;

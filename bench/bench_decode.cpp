@@ -128,7 +128,7 @@ int run(int argc, char** argv) {
   const double achieved = bytes / step / 1e9;
   const double read_bw = median(read);
   std::printf("model %s: %d layers, dim %lld, kernels %s, %d threads, context %d, %d steps (medians)\n",
-              model.c_str(), r.config().n_layers, static_cast<long long>(r.config().dim), r.context().linear->name,
+              model.c_str(), r.config().n_layers, static_cast<long long>(r.config().dim), r.context().backend->name,
               pool.num_threads(), context, steps);
   std::printf("decode_tok_s %.3f  step_ms %.1f  weight_MB_step %.1f  achieved_GBps %.2f  read_GBps %.2f  "
               "triad_GBps %.2f  vs_read %.3f\n",

@@ -20,7 +20,7 @@ const char* finish_reason_name(FinishReason reason) {
 
 Result<std::unique_ptr<Scheduler>> Scheduler::create(const ModelWeights& weights, const ComputeContext& ctx,
                                                const SchedulerOptions& options) {
-  if (ctx.linear == nullptr) return Status::Error("engine: the compute context has no linear kernels");
+  if (ctx.backend == nullptr) return Status::Error("engine: the compute context has no kernel backend");
   if (options.max_running < 1) return Status::Error("engine: max_running must be >= 1");
   if (options.prefill_tokens_per_step < 1) return Status::Error("engine: prefill_tokens_per_step must be >= 1");
   auto layout = kv::KvLayout::from_config(weights.config(), options.kv_block_tokens);

@@ -16,10 +16,30 @@ void pack_index_keys(const float* keys, int64_t num_keys, int64_t dim, float* pa
 
 // dots [heads][16]: dots[h][l] = Σ_d q[h][d] * packed[d][l], accumulated from 0.0f in d order with the
 // product rounded to fp32 before each add: bit for bit the scalar in-order dot of q_h and key l.
-// q [heads, dim] fp32; packed as pack_index_keys writes it.
+// q [heads, dim] fp32; packed as pack_index_keys writes it. AVX2 (the x86-64-v3 build baseline).
 void index_dots16(const float* packed, const float* q, int heads, int64_t dim, float* dots);
 
 // The scalar in-order dot (the reference path's and the tests' oracle).
 float dot_in_order(const float* a, const float* b, int64_t n);
+
+// One call of the indexer's scoring: a tile of queries against a block of keys.
+//   score[t][j] = bf16( Σ_h bf16( relu(bf16(q[t][h] · key[j])) * weights[t][h] ) ),
+// the head sum in torch's outer cascade order (kernels/reduce.h outer_cascade_sum).
+struct IndexScoreArgs {
+  const float* q = nullptr;        // [num_queries, heads, dim] fp32 (MXFP4-rounded values)
+  const float* weights = nullptr;  // [num_queries, heads] fp32 (bf16 values)
+  const float* keys = nullptr;     // [num_keys, dim] fp32 (dequantised index keys)
+  float* scores = nullptr;         // scores[t * score_stride + j] for t < num_queries, j < num_keys
+  int64_t num_queries = 0;
+  int64_t num_keys = 0;
+  int64_t score_stride = 0;
+  int heads = 0;
+  int64_t dim = 0;
+};
+
+// The oracle: for each query, key and head the in-order dot, one at a time.
+void index_scores_reference(const IndexScoreArgs& args);
+// The same bits: the keys packed 16 to a group and each query's heads scored against a group by index_dots16.
+void index_scores_packed16(const IndexScoreArgs& args);
 
 }  // namespace dsflash

@@ -83,4 +83,30 @@ float cascade_sum_squares(const float* x, int64_t n, int vector_width) {
   return cascade_sum_impl(n, vector_width, [x](int64_t i) { return x[i] * x[i]; });
 }
 
+// multi_row_sum's order: see reduce.h.
+float outer_cascade_sum(const float* values, int64_t n) {
+  constexpr int kLevels = 4;
+  int64_t ceil_log2 = 1;
+  if (n > 2) {
+    ceil_log2 = 0;
+    for (uint64_t v = static_cast<uint64_t>(n) - 1; v != 0; v >>= 1) ++ceil_log2;
+  }
+  const int64_t level_power = std::max<int64_t>(4, ceil_log2 / kLevels);
+  const int64_t level_step = int64_t{1} << level_power;
+  const int64_t level_mask = level_step - 1;
+  float acc[kLevels] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t i = 0;
+  while (i + level_step <= n) {
+    for (int64_t j = 0; j < level_step; ++j, ++i) acc[0] += values[i];
+    for (int j = 1; j < kLevels; ++j) {
+      acc[j] += acc[j - 1];
+      acc[j - 1] = 0.0f;
+      if ((i & (level_mask << (j * level_power))) != 0) break;
+    }
+  }
+  for (; i < n; ++i) acc[0] += values[i];
+  for (int j = 1; j < kLevels; ++j) acc[0] += acc[j];
+  return acc[0];
+}
+
 }  // namespace dsflash

@@ -6,9 +6,7 @@
 #include <limits>
 #include <vector>
 
-#if defined(__AVX2__)
 #include <immintrin.h>
-#endif
 
 #include "core/thread_pool.h"
 #include "formats/formats.h"
@@ -81,8 +79,9 @@ void attend_reference(const SparseAttentionArgs& a, ThreadPool*) {
 }
 
 // acc[i][l] = Σ_d q_t[d][l] * r[i][d] in d order, mul then add (no fma): 4 rows x 16 heads in 8 ymm chains.
-void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kHeadLanes]) {
-#if defined(__AVX2__)
+// AVX2 (the x86-64-v3 build baseline); only the fast table runs it.
+__attribute__((target("avx2"))) void score_four_rows(const float* q_t, const float* const* r, int64_t dim,
+                                                      float (*acc)[kHeadLanes]) {
   __m256 a[4][2];
   for (auto& v : a) v[0] = v[1] = _mm256_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
@@ -98,15 +97,6 @@ void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float
     _mm256_storeu_ps(acc[i], a[i][0]);
     _mm256_storeu_ps(acc[i] + 8, a[i][1]);
   }
-#else
-  for (int64_t d = 0; d < dim; ++d) {
-    const float* qd = q_t + d * kHeadLanes;
-    for (int i = 0; i < 4; ++i) {
-      const float x = r[i][d];
-      for (int l = 0; l < kHeadLanes; ++l) acc[i][l] += qd[l] * x;
-    }
-  }
-#endif
 }
 
 // Scores of up to 16 heads against the list, the heads in the vector lanes: q_t [dim][16] (the group's

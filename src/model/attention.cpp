@@ -15,7 +15,6 @@
 #include "kernels/index_score.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/sparse_attention.h"
-#include "kernels/topk.h"
 #include "kernels/torch_exp.h"
 #include "model/attention_state.h"
 
@@ -31,35 +30,8 @@ constexpr int64_t kKeyBlock = 256;   // indexer keys dequantised per block
 void bf16_linear(const float* x, int64_t rows, const Bf16Weight& w, float* y, const ComputeContext& ctx,
                  bool round_output) {
   ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
-  ctx.linear->bf16_gemm(x, rows, w, y, ctx.pool);
+  ctx.backend->bf16_gemm(x, rows, w, y, ctx.pool);
   if (round_output) round_to_bf16_inplace(y, rows * w.out);
-}
-
-// PyTorch's CPU cascade sum over a reduced dimension that is not the innermost one (multi_row_sum): blocks of
-// 2^level_power values into level 0, folded upwards; used for index_score.sum(dim=heads).
-float outer_cascade_sum(const float* values, int64_t n) {
-  constexpr int kLevels = 4;
-  int64_t ceil_log2 = 1;
-  if (n > 2) {
-    ceil_log2 = 0;
-    for (uint64_t v = static_cast<uint64_t>(n) - 1; v != 0; v >>= 1) ++ceil_log2;
-  }
-  const int64_t level_power = std::max<int64_t>(4, ceil_log2 / kLevels);
-  const int64_t level_step = int64_t{1} << level_power;
-  const int64_t level_mask = level_step - 1;
-  float acc[kLevels] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int64_t i = 0;
-  while (i + level_step <= n) {
-    for (int64_t j = 0; j < level_step; ++j, ++i) acc[0] += values[i];
-    for (int j = 1; j < kLevels; ++j) {
-      acc[j] += acc[j - 1];
-      acc[j - 1] = 0.0f;
-      if ((i & (level_mask << (j * level_power))) != 0) break;
-    }
-  }
-  for (; i < n; ++i) acc[0] += values[i];
-  for (int j = 1; j < kLevels; ++j) acc[0] += acc[j];
-  return acc[0];
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -248,7 +220,7 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
     // One token per group: latent = norm(wkv(x)) with the bf16 weight and a bf16 output.
     latents->resize(static_cast<size_t>(num_tokens * d));
     bf16_linear(x, num_tokens, compressor_wkv_, latents->data(), ctx, true);
-    rmsnorm_bf16(latents->data(), num_tokens, d, compressor_norm_, eps_, latents->data(), ctx.pool);
+    ctx.backend->rmsnorm_bf16(latents->data(), num_tokens, d, compressor_norm_, eps_, latents->data(), ctx.pool);
     for (int64_t t = 0; t < num_tokens; ++t) groups->push_back(start_pos + t);
     return Status::Ok();
   }
@@ -307,7 +279,7 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
   }
   const int64_t emitted = static_cast<int64_t>(groups->size());
   if (emitted > 0) {
-    rmsnorm_bf16(latents->data(), emitted, d, compressor_norm_, eps_, latents->data(), ctx.pool);
+    ctx.backend->rmsnorm_bf16(latents->data(), emitted, d, compressor_norm_, eps_, latents->data(), ctx.pool);
   }
   return Status::Ok();
 }
@@ -325,7 +297,7 @@ Status AttentionLayer::store_entries(const std::vector<float>& latents, const st
   const int64_t d = head_dim_, id = index_head_dim_;
   std::vector<float> keys(static_cast<size_t>(n * id));
   bf16_linear(latents.data(), n, index_wk_, keys.data(), ctx, true);
-  rmsnorm_bf16(keys.data(), n, id, index_k_norm_, eps_, keys.data(), ctx.pool);
+  ctx.backend->rmsnorm_bf16(keys.data(), n, id, index_k_norm_, eps_, keys.data(), ctx.pool);
   std::vector<float> row(static_cast<size_t>(d));
   std::vector<uint8_t> kv_packed(static_cast<size_t>(d / 2)), kv_scales(static_cast<size_t>(d / 16));
   std::vector<uint8_t> key_packed(static_cast<size_t>(id / 2)), key_scales(static_cast<size_t>(id / 32));
@@ -337,10 +309,10 @@ Status AttentionLayer::store_entries(const std::vector<float>& latents, const st
     }
     const int64_t position = groups[static_cast<size_t>(i)] * ratio_;
     float* key = &keys[static_cast<size_t>(i * id)];
-    rope_.rotate(key + id - rope_dim_, position);
+    rope_.rotate(*ctx.backend, key + id - rope_dim_, position);
     fp4_quant_ue8m0_block32(key, id, key_packed.data(), key_scales.data());
     std::memcpy(row.data(), &latents[static_cast<size_t>(i * d)], static_cast<size_t>(d) * sizeof(float));
-    rope_.rotate(row.data() + d - rope_dim_, position);
+    rope_.rotate(*ctx.backend, row.data() + d - rope_dim_, position);
     fp4_quant_e4m3_block16(row.data(), d, kv_packed.data(), kv_scales.data());
     const Status appended = kv->append(kv_packed.data(), kv_scales.data(), key_packed.data(), key_scales.data());
     if (!appended.ok()) return appended.with_context("attention layer " + std::to_string(layer_));
@@ -378,7 +350,7 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
     std::vector<float> c(half), s(half);
     for (int64_t t = 0; t < num_tokens; ++t) {
       rope_.angles(start_pos + t, c.data(), s.data());
-      for (int h = 0; h < ih; ++h) rope_.rotate(&q[static_cast<size_t>((t * ih + h) * id + id - rope_dim_)], c.data(), s.data());
+      rope_.rotate(*ctx.backend, &q[static_cast<size_t>(t * ih * id + id - rope_dim_)], ih, id, c.data(), s.data());
     }
   }
   fake_quant_fp4_ue8m0_block32(q.data(), num_tokens * ih * id);
@@ -402,65 +374,29 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
       trace->candidate_block_scores.assign(static_cast<size_t>(num_tokens * blocks), 0.0f);
     }
   }
-  const TopkKernels& topk_kernels = ctx.reference ? reference_topk() : best_topk();
-
   const int64_t key_blocks = (width + kKeyBlock - 1) / kKeyBlock;
   std::vector<float> scores;
   for (int64_t tile = 0; tile < num_tokens; tile += kQueryTile) {
     const int64_t tile_n = std::min(kQueryTile, num_tokens - tile);
     scores.assign(static_cast<size_t>(tile_n * width), 0.0f);
-    // score[t][j] = bf16( Σ_h bf16( relu(bf16(q_h · k_j)) * w_h ) ), the head sum in torch's cascade order.
+    // score[t][j] = bf16( Σ_h bf16( relu(bf16(q_h · k_j)) * w_h ) ), the head sum in torch's cascade order
+    // (kernels/index_score.h); threads split the key blocks.
     auto score_keys = [&](int64_t kb_begin, int64_t kb_end, int) {
-      std::vector<float> key(static_cast<size_t>(kKeyBlock * id));
-      std::vector<float> per_head(static_cast<size_t>(ih));
-      // fast path: the key block packed [kKeyBlock / 16][id][16] and the dots of one 16-key group [ih][16]
-      std::vector<float> packed, dots;
-      if (!ctx.reference) {
-        packed.resize(static_cast<size_t>(kKeyBlock * id));
-        dots.resize(static_cast<size_t>(ih * kIndexKeyLanes));
-      }
-      auto score = [&](const float* dot_of_head, int64_t stride, const float* wt) {
-        for (int h = 0; h < ih; ++h) {
-          const float relu = std::max(round_to_bf16(dot_of_head[h * stride]), 0.0f);
-          per_head[static_cast<size_t>(h)] = round_to_bf16(relu * wt[h]);
-        }
-        return round_to_bf16(outer_cascade_sum(per_head.data(), ih));
-      };
+      std::vector<float> key(static_cast<size_t>(kKeyBlock * id));  // [kKeyBlock, id] dequantised keys
       for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
         const int64_t j0 = kb * kKeyBlock, j1 = std::min(width, j0 + kKeyBlock);
         for (int64_t j = j0; j < j1; ++j) source->read_index_key(j, &key[static_cast<size_t>((j - j0) * id)]);
-        if (ctx.reference) {
-          std::vector<float> dot(static_cast<size_t>(ih));
-          for (int64_t t = 0; t < tile_n; ++t) {
-            const float* qt = &q[static_cast<size_t>((tile + t) * ih * id)];
-            const float* wt = &weights[static_cast<size_t>((tile + t) * ih)];
-            for (int64_t j = j0; j < j1; ++j) {
-              const float* kj = &key[static_cast<size_t>((j - j0) * id)];
-              for (int h = 0; h < ih; ++h) dot[static_cast<size_t>(h)] = dot_in_order(qt + h * id, kj, id);
-              scores[static_cast<size_t>(t * width + j)] = score(dot.data(), 1, wt);
-            }
-          }
-          continue;
-        }
-        // Same dot products, 16 keys in the vector lanes (kernels/index_score.h): bit for bit the reference.
-        const int64_t groups = (j1 - j0 + kIndexKeyLanes - 1) / kIndexKeyLanes;
-        for (int64_t g = 0; g < groups; ++g) {
-          const int64_t g0 = g * kIndexKeyLanes;
-          pack_index_keys(&key[static_cast<size_t>(g0 * id)], std::min<int64_t>(kIndexKeyLanes, j1 - j0 - g0), id,
-                          &packed[static_cast<size_t>(g0 * id)]);
-        }
-        for (int64_t t = 0; t < tile_n; ++t) {
-          const float* qt = &q[static_cast<size_t>((tile + t) * ih * id)];
-          const float* wt = &weights[static_cast<size_t>((tile + t) * ih)];
-          for (int64_t g = 0; g < groups; ++g) {
-            const int64_t g0 = g * kIndexKeyLanes;
-            index_dots16(&packed[static_cast<size_t>(g0 * id)], qt, ih, id, dots.data());
-            const int64_t lanes = std::min<int64_t>(kIndexKeyLanes, j1 - j0 - g0);
-            for (int64_t l = 0; l < lanes; ++l) {
-              scores[static_cast<size_t>(t * width + j0 + g0 + l)] = score(&dots[static_cast<size_t>(l)], kIndexKeyLanes, wt);
-            }
-          }
-        }
+        IndexScoreArgs args;
+        args.q = &q[static_cast<size_t>(tile * ih * id)];
+        args.weights = &weights[static_cast<size_t>(tile * ih)];
+        args.keys = key.data();
+        args.scores = &scores[static_cast<size_t>(j0)];
+        args.num_queries = tile_n;
+        args.num_keys = j1 - j0;
+        args.score_stride = width;
+        args.heads = ih;
+        args.dim = id;
+        ctx.backend->index_scores(args);
       }
     };
     if (ctx.pool != nullptr && key_blocks > 1) {
@@ -487,7 +423,7 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
           // the block holding the newest visible position is pinned in (python floor division: none if visible == 0)
           if (visible > 0) block_scores[static_cast<size_t>((visible - 1) / candidate_block_size_)] = kPosInf;
           const int64_t kb = std::min<int64_t>(candidate_blocks_, blocks);
-          topk_kernels.select(block_scores.data(), blocks, kb, chosen.data());
+          ctx.backend->topk_select(block_scores.data(), blocks, kb, chosen.data());
           uint8_t* mask = &pool_mask[static_cast<size_t>(query * width)];
           for (int64_t i = 0; i < kb; ++i) {
             const int64_t bi = chosen[static_cast<size_t>(i)];
@@ -507,7 +443,7 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
         }
         if (trace != nullptr) std::copy(row, row + width, trace->index_scores.begin() + query * width);
         int32_t* out = &topk[static_cast<size_t>(query * k)];
-        topk_kernels.select(row, width, k, out);
+        ctx.backend->topk_select(row, width, k, out);
         std::sort(out, out + k);
         for (int64_t i = 0; i < k; ++i) {
           if (out[i] >= visible) out[i] = -1;

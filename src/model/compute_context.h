@@ -1,11 +1,11 @@
-// What every model component needs to run its kernels: the kernel tables (reference = the scalar oracle,
+// What every model component needs to run its kernels: the kernel table (kernels/backend.h: the scalar oracle,
 // or the fastest this CPU runs) and the worker threads. Owned by the caller (the model runner).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 
-#include "kernels/linear.h"
+#include "kernels/backend.h"
 
 namespace dsflash {
 
@@ -17,7 +17,7 @@ class ThreadPool;
 // phases (the pool's workers run inside them), so no locking. Numerics are untouched.
 enum class ProfilePhase : int {
   kOther = 0,      // norms, mHC, rope, Engram lookups, compressor arithmetic, routing glue, ...
-  kLinear = 1,     // every linear layer / matmul (LinearKernels calls, with their activation quantisation)
+  kLinear = 1,     // every linear layer / matmul (the Backend's linears, with their activation quantisation)
   kIndexer = 2,    // indexer scoring + top-k (and the candidate-pool selection), without its projections
   kAttention = 3,  // sparse attention: window / top-k row gathers + the attention kernel
 };
@@ -78,10 +78,26 @@ class ProfileScope {
 };
 
 struct ComputeContext {
-  const LinearKernels* linear = nullptr;  // reference_linear_kernels() or best_linear_kernels()
-  ThreadPool* pool = nullptr;             // nullptr: single-threaded
-  bool reference = false;                 // true: every other kernel takes its scalar reference path too
-  StepProfile* profile = nullptr;         // nullptr: no timing (the default)
+  const Backend* backend = nullptr;  // reference_backend() or best_backend(); every kernel call goes through it
+  ThreadPool* pool = nullptr;        // nullptr: single-threaded
+  StepProfile* profile = nullptr;    // nullptr: no timing (the default)
+
+  // Transitional, for the files that have not switched to `backend` yet (AttentionLayer::forward and
+  // forward_global_kv, attention_decode_batch.cpp, forward_plan.cpp, transformer.cpp): the same table, and
+  // whether it is the reference. Set together with `backend` by for_backend(); removed once those files call
+  // ctx.backend.
+  const Backend* linear = nullptr;
+  bool reference = false;
+
+  // The context running `backend` on `pool` (nullptr: single-threaded).
+  static ComputeContext for_backend(const Backend& backend, ThreadPool* pool = nullptr) {
+    ComputeContext ctx;
+    ctx.backend = &backend;
+    ctx.pool = pool;
+    ctx.linear = &backend;
+    ctx.reference = &backend == &reference_backend();
+    return ctx;
+  }
 };
 
 }  // namespace dsflash

@@ -8,14 +8,10 @@
 
 #include "core/thread_pool.h"
 #include "formats/formats.h"
-#include "formats/quant.h"
 #include "io/model_config.h"
 
-// model.py rounds gate*value to fp32 before adding it to h (two torch ops); GCC's default -ffp-contract=fast
-// would fuse them into one FMA and change the last bit now and then.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+// model.py rounds gate*value to fp32 before adding it to h (two torch ops): the build's -ffp-contract=off keeps
+// them two roundings (an FMA would change the last bit now and then).
 
 namespace dsflash {
 
@@ -115,7 +111,7 @@ Result<Engram> Engram::bind(const TensorLookup& find, const std::string& origin,
 Status Engram::forward(float* streams, int64_t num_tokens, const int64_t* hash_ids, const ComputeContext& ctx,
                        const uint8_t* dead) const {
   if (num_tokens <= 0) return Status::Ok();
-  if (ctx.linear == nullptr) return Status::Error("Engram layer " + std::to_string(layer_) + ": no linear kernels");
+  if (ctx.backend == nullptr) return Status::Error("Engram layer " + std::to_string(layer_) + ": no kernel backend");
   if (streams == nullptr || hash_ids == nullptr) {
     return Status::Error("Engram layer " + std::to_string(layer_) + ": no streams or hash ids given");
   }
@@ -157,7 +153,7 @@ void Engram::forward_block(float* streams, int64_t num_tokens, const int64_t* ha
           dst[j] = round_to_bf16(e4m3_to_f32(src[j]) * e8m0_to_f32(src_scales[j / 32]));
         }
       }
-      act_quant_block32(row.data(), in, codes.data() + t * in, scales.data() + t * (in / 32));
+      ctx.backend->act_quant(row.data(), 1, in, codes.data() + t * in, scales.data() + t * (in / 32), nullptr);
     }
   });
 
@@ -165,7 +161,7 @@ void Engram::forward_block(float* streams, int64_t num_tokens, const int64_t* ha
   std::vector<float> kv(static_cast<size_t>(num_tokens * out));
   {
     ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
-    ctx.linear->fp8_gemm(Fp8Activations{codes.data(), scales.data(), num_tokens, in}, wkv_, kv.data(), ctx.pool);
+    ctx.backend->fp8_gemm(Fp8Activations{codes.data(), scales.data(), num_tokens, in}, wkv_, kv.data(), ctx.pool);
   }
 
   // 3. Gate per (token, stream) and residual update, all in fp32; the streams come back as bf16 values.

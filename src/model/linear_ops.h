@@ -3,7 +3,6 @@
 #pragma once
 
 #include "formats/formats.h"
-#include "kernels/linear.h"
 #include "model/compute_context.h"
 
 namespace dsflash {
@@ -11,7 +10,7 @@ namespace dsflash {
 // y [rows, w.out] = bf16(x [rows, w.in] · Wᵀ) for an FP8 weight.
 inline void fp8_linear_bf16(const float* x, int64_t rows, const Fp8Weight& w, float* y, const ComputeContext& ctx) {
   ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
-  linear_fp8(x, rows, w, y, *ctx.linear, ctx.pool);
+  ctx.backend->linear_fp8(x, rows, w, y, ctx.pool);
   round_to_bf16_inplace(y, rows * w.out);
 }
 

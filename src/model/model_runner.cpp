@@ -14,12 +14,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
   if (!weights.ok()) return weights.status().with_context("binding " + checkpoint_dir);
   runner->weights_ = std::move(*weights);
   if (options.reference) {
-    runner->ctx_.linear = &reference_linear_kernels();
-    runner->ctx_.reference = true;
+    runner->ctx_ = ComputeContext::for_backend(reference_backend());
   } else {
     runner->pool_ = std::make_unique<ThreadPool>(options.num_threads);
-    runner->ctx_.linear = &best_linear_kernels();
-    runner->ctx_.pool = runner->pool_.get();
+    runner->ctx_ = ComputeContext::for_backend(best_backend(), runner->pool_.get());
   }
   return runner;
 }

@@ -5,8 +5,6 @@
 #include <cstring>
 
 #include "formats/formats.h"
-#include "formats/quant.h"
-#include "kernels/topk.h"
 #include "model/weight_binding.h"
 
 namespace dsflash {
@@ -99,13 +97,12 @@ void MoeLayer::route(const float* x, int64_t num_tokens, const ComputeContext& c
   std::vector<float> scores(static_cast<size_t>(num_tokens * num_experts));
   {
     ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
-    ctx.linear->bf16_gemm(x, num_tokens, gate_, scores.data(), ctx.pool);
+    ctx.backend->bf16_gemm(x, num_tokens, gate_, scores.data(), ctx.pool);
   }
   routing->k = top_k_;
   routing->experts.assign(static_cast<size_t>(num_tokens * top_k_), 0);
   routing->weights.assign(static_cast<size_t>(num_tokens * top_k_), 0.0f);
   std::vector<float> biased(static_cast<size_t>(num_experts));
-  const TopkKernels& topk = ctx.reference ? reference_topk() : best_topk();
   for (int64_t t = 0; t < num_tokens; ++t) {
     float* s = scores.data() + t * num_experts;
     for (int e = 0; e < num_experts; ++e) s[e] = s[e] / gate_temp_;
@@ -132,7 +129,7 @@ void MoeLayer::route(const float* x, int64_t num_tokens, const ComputeContext& c
     for (int e = 0; e < num_experts; ++e) biased[static_cast<size_t>(e)] = s[e] + bias_[e];
     int32_t* chosen = routing->experts.data() + t * top_k_;
     float* w = routing->weights.data() + t * top_k_;
-    topk.select(biased.data(), num_experts, top_k_, chosen);
+    ctx.backend->topk_select(biased.data(), num_experts, top_k_, chosen);
     for (int i = 0; i < top_k_; ++i) w[i] = s[chosen[i]];
     if (norm_topk_prob_ && top_k_ > 1) {
       float sum = 0.0f;
@@ -161,11 +158,11 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
   std::vector<float> gate(static_cast<size_t>(n * inter_dim_));
   std::vector<float> up(static_cast<size_t>(n * inter_dim_));
   if (ProfileScope scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {
-    ctx.linear->fp4_gemm(x, expert.w1_fp4, gate.data(), ctx.pool);
-    ctx.linear->fp4_gemm(x, expert.w3_fp4, up.data(), ctx.pool);
+    ctx.backend->fp4_gemm(x, expert.w1_fp4, gate.data(), ctx.pool);
+    ctx.backend->fp4_gemm(x, expert.w3_fp4, up.data(), ctx.pool);
   } else {
-    ctx.linear->fp8_gemm(x, expert.w1_fp8, gate.data(), ctx.pool);
-    ctx.linear->fp8_gemm(x, expert.w3_fp8, up.data(), ctx.pool);
+    ctx.backend->fp8_gemm(x, expert.w1_fp8, gate.data(), ctx.pool);
+    ctx.backend->fp8_gemm(x, expert.w3_fp8, up.data(), ctx.pool);
   }
   // [n, inter]: GEMM outputs are bf16 in the reference, then fp32 SwiGLU with the clamps, weight, bf16.
   for (int64_t i = 0; i < n; ++i) {
@@ -184,13 +181,13 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
   }
   std::vector<uint8_t> h_codes(static_cast<size_t>(n * inter_dim_));
   std::vector<uint8_t> h_scales(static_cast<size_t>(n * inter_dim_ / 32));
-  act_quant_block32(gate.data(), n * inter_dim_, h_codes.data(), h_scales.data());
+  ctx.backend->act_quant(gate.data(), n, inter_dim_, h_codes.data(), h_scales.data(), ctx.pool);
   const Fp8Activations h{h_codes.data(), h_scales.data(), n, inter_dim_};
   std::vector<float> out(static_cast<size_t>(n * dim_));
   if (ProfileScope scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {
-    ctx.linear->fp4_gemm(h, expert.w2_fp4, out.data(), ctx.pool);
+    ctx.backend->fp4_gemm(h, expert.w2_fp4, out.data(), ctx.pool);
   } else {
-    ctx.linear->fp8_gemm(h, expert.w2_fp8, out.data(), ctx.pool);
+    ctx.backend->fp8_gemm(h, expert.w2_fp8, out.data(), ctx.pool);
   }
   for (int64_t i = 0; i < n; ++i) {
     float* dst = y + rows[static_cast<size_t>(i)] * dim_;
@@ -208,7 +205,7 @@ void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext&
   // One act_quant of the input serves every expert and the shared expert (it is per row, per 32).
   std::vector<uint8_t> codes(static_cast<size_t>(num_tokens * dim_));
   std::vector<uint8_t> scales(static_cast<size_t>(num_tokens * dim_ / 32));
-  act_quant_block32(x, num_tokens * dim_, codes.data(), scales.data());
+  ctx.backend->act_quant(x, num_tokens, dim_, codes.data(), scales.data(), ctx.pool);
 
   std::vector<float> y(static_cast<size_t>(num_tokens * dim_), 0.0f);
   // Routed experts in ascending id, as the reference loops (the fp32 sum order of y).

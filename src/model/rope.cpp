@@ -4,7 +4,6 @@
 #include <cmath>
 #include <vector>
 
-#include "formats/formats.h"
 
 namespace dsflash {
 
@@ -65,26 +64,23 @@ void Rope::angles(int64_t position, float* cos_out, float* sin_out) const {
   }
 }
 
+void Rope::rotate(const Backend& backend, float* x, int64_t count, int64_t stride, const float* cos_in,
+                  const float* sin_in, bool inverse) const {
+  backend.rope_rotate(x, count, stride, cos_in, sin_in, static_cast<int64_t>(frequencies_.size()), inverse);
+}
+
+void Rope::rotate(const Backend& backend, float* x, int64_t position, bool inverse) const {
+  std::vector<float> c(frequencies_.size()), s(frequencies_.size());
+  angles(position, c.data(), s.data());
+  rotate(backend, x, 1, 0, c.data(), s.data(), inverse);
+}
+
 void Rope::rotate(float* x, const float* cos_in, const float* sin_in, bool inverse) const {
-  for (size_t i = 0; i < frequencies_.size(); ++i) {
-    const float a = x[2 * i];
-    const float b = x[2 * i + 1];
-    const float c = cos_in[i];
-    const float d = inverse ? -sin_in[i] : sin_in[i];
-    // (a + ib)(c + id) = (ac - bd) + i(ad + bc), each product rounded (torch's complex multiply, no FMA).
-    const float ac = a * c;
-    const float bd = b * d;
-    const float ad = a * d;
-    const float bc = b * c;
-    x[2 * i] = round_to_bf16(ac - bd);
-    x[2 * i + 1] = round_to_bf16(ad + bc);
-  }
+  rotate(reference_backend(), x, 1, 0, cos_in, sin_in, inverse);
 }
 
 void Rope::rotate(float* x, int64_t position, bool inverse) const {
-  std::vector<float> c(frequencies_.size()), s(frequencies_.size());
-  angles(position, c.data(), s.data());
-  rotate(x, c.data(), s.data(), inverse);
+  rotate(reference_backend(), x, position, inverse);
 }
 
 }  // namespace dsflash

@@ -4,8 +4,8 @@
 //   YaRN (original_seq_len > 0): blend freq_i/factor and freq_i with a linear ramp between the
 //   corrected dims of beta_fast and beta_slow; no mscale.
 //   angle = fp32(position) * freq_i; (cos, sin) = std::cos/std::sin of the fp32 angle (as torch.polar).
-//   rotate: (a + ib)(cos + i sin) with each product rounded to fp32 before the add (no FMA); inverse
-//   uses the conjugate. The result is rounded to bf16 (the reference rotates bf16 tensors in place).
+//   rotate: the Backend's rope_rotate kernel (kernels/rope_rotate.h): (a + ib)(cos + i sin) with each product
+//   rounded to fp32 before the add (no FMA); inverse uses the conjugate; the result rounded to bf16.
 // Layers with compress ratio > 0 use compress_rope_theta with YaRN; ratio-0 layers (SWA only, DSpark)
 // use rope_theta without YaRN.
 #pragma once
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "io/model_config.h"
+#include "kernels/backend.h"
 
 namespace dsflash {
 
@@ -30,9 +31,15 @@ class Rope {
 
   // cos/sin [rope_dim/2] at an absolute position.
   void angles(int64_t position, float* cos_out, float* sin_out) const;
-  // x [rope_dim] fp32 (bf16 values) rotated in place at `position`, rounded to bf16.
+  // x [rope_dim] fp32 (bf16 values) rotated in place at `position` by the backend's kernel, rounded to bf16.
+  void rotate(const Backend& backend, float* x, int64_t position, bool inverse = false) const;
+  // `count` vectors x + v*stride (each [rope_dim]) rotated by the same precomputed angles (from angles()).
+  void rotate(const Backend& backend, float* x, int64_t count, int64_t stride, const float* cos_in,
+              const float* sin_in, bool inverse = false) const;
+
+  // The same on the scalar kernel, for callers without a Backend (transitional: AttentionLayer::forward,
+  // attention_decode_batch.cpp; tests).
   void rotate(float* x, int64_t position, bool inverse = false) const;
-  // The same with precomputed angles (from angles()).
   void rotate(float* x, const float* cos_in, const float* sin_in, bool inverse = false) const;
 
  private:

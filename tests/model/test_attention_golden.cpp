@@ -310,10 +310,7 @@ Golden* open_golden(const std::string& model, const std::string& scenario, std::
 }
 
 ComputeContext context(bool reference) {
-  ComputeContext ctx;
-  ctx.linear = reference ? &reference_linear_kernels() : &best_linear_kernels();
-  ctx.reference = reference;
-  return ctx;
+  return ComputeContext::for_backend(reference ? reference_backend() : best_backend());
 }
 
 // Exactness expectations: caches, latents and the indexer are bit-exact in these goldens; attn_out may differ

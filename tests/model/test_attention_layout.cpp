@@ -130,8 +130,7 @@ class AttentionLayout : public ::testing::Test {
       x.resize(static_cast<size_t>(kTokens * config_.dim));
       for (float& v : x) v = round_to_bf16(normal(rng));
     }
-    ctx_.linear = &reference_linear_kernels();
-    ctx_.reference = true;
+    ctx_ = ComputeContext::for_backend(reference_backend());
   }
 
   // Runs all layers over rows [0, kTokens) in the given chunks; returns each layer's outputs.

@@ -126,8 +126,8 @@ TEST_P(EngramGolden, MatchesOfficialEngramOut) {
   ASSERT_TRUE(file.ok()) << file.status().message();
   const int64_t row = m.config.hc_mult * m.config.dim;
   ThreadPool pool(2);
-  const ComputeContext reference_ctx{&reference_linear_kernels(), nullptr, true};
-  const ComputeContext best_ctx{&best_linear_kernels(), &pool, false};
+  const ComputeContext reference_ctx = ComputeContext::for_backend(reference_backend());
+  const ComputeContext best_ctx = ComputeContext::for_backend(best_backend(), &pool);
 
   for (int layer : m.config.engram_layer_ids) {
     auto engram = bind_layer(m, layer);
@@ -204,7 +204,7 @@ TEST(Engram, DeadTokensPassThroughAndOutOfTableIdsReadZero) {
   for (size_t i = 0; i < streams.size(); ++i) streams[i] = round_to_bf16(std::sin(0.37f * static_cast<float>(i)));
   std::vector<int64_t> ids(static_cast<size_t>(2 * hash_row));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 17 % 1900);
-  const ComputeContext ctx{&reference_linear_kernels(), nullptr, true};
+  const ComputeContext ctx = ComputeContext::for_backend(reference_backend());
 
   const std::vector<uint8_t> dead = {1, 0};
   std::vector<float> got = streams;

@@ -26,9 +26,7 @@ void check_moe(const std::string& model, const std::string& phase, bool referenc
   auto golden = SafetensorsFile::open(testing::golden_output_path(model, "rand"));
   ASSERT_TRUE(golden.ok()) << golden.status().message();
   const ModelConfig& config = checkpoint->config();
-  ComputeContext ctx;
-  ctx.linear = reference ? &reference_linear_kernels() : &best_linear_kernels();
-  ctx.reference = reference;
+  const ComputeContext ctx = ComputeContext::for_backend(reference ? reference_backend() : best_backend());
   int64_t elements = 0, bad_out = 0, bad_experts = 0, bad_weights = 0, rows = 0;
   float worst_out = 0.0f, worst_weight = 0.0f;
   for (int layer = 0; layer < config.n_layers; ++layer) {

@@ -1,0 +1,193 @@
+// The Backend entries that had no benchmark of their own, for every table this CPU runs (kernels/backend.h):
+// act_quant and the fused FP8 linear, rmsnorm, mHC (mixes, pre, post), RoPE rotation and the indexer's scoring
+// call, at the model's shapes (dim 4096, hc 4, 64 heads x 512 with a 64-wide rope tail, indexer 64 heads x 128
+// against 256 keys). Rows: "<entry>/<backend>/tokens:N"; a benchmark, not a test.
+// Run: build-<you>/bench/bench_backend [--benchmark_filter=rmsnorm]
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "formats/formats.h"
+#include "kernels/backend.h"
+
+namespace dsflash {
+namespace {
+
+constexpr int64_t kDim = 4096;
+constexpr int kHc = 4;
+
+std::vector<float> bf16_normals(int64_t n, float spread, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, spread);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = round_to_bf16(normal(rng));
+  return v;
+}
+
+ThreadPool* shared_pool() {
+  static ThreadPool pool(2);
+  return &pool;
+}
+
+void bm_act_quant(benchmark::State& state, const Backend* b, int64_t tokens) {
+  const std::vector<float> x = bf16_normals(tokens * kDim, 1.0f, 1);
+  std::vector<uint8_t> codes(x.size()), scales(x.size() / 32);
+  for (auto _ : state) {
+    b->act_quant(x.data(), tokens, kDim, codes.data(), scales.data(), shared_pool());
+    benchmark::DoNotOptimize(codes.data());
+  }
+  state.SetItemsProcessed(state.iterations() * tokens * kDim);
+}
+
+void bm_linear_fp8(benchmark::State& state, const Backend* b, int64_t tokens) {
+  constexpr int64_t kOut = 1024;
+  const std::vector<float> x = bf16_normals(tokens * kDim, 1.0f, 2);
+  std::mt19937 rng(3);
+  std::vector<uint8_t> codes(static_cast<size_t>(kOut * kDim)), scales(static_cast<size_t>(kOut / 32 * kDim / 32), 120);
+  for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() & 0x7e);
+  const Fp8Weight w{codes.data(), scales.data(), kOut, kDim};
+  std::vector<float> y(static_cast<size_t>(tokens * kOut));
+  for (auto _ : state) {
+    b->linear_fp8(x.data(), tokens, w, y.data(), shared_pool());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(static_cast<double>(2 * tokens * kOut * kDim),
+                                                benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+void bm_rmsnorm(benchmark::State& state, const Backend* b, int64_t tokens) {
+  const std::vector<float> x = bf16_normals(tokens * kDim, 1.0f, 4);
+  std::vector<uint16_t> w(static_cast<size_t>(kDim), f32_to_bf16(1.0f));
+  std::vector<float> out(x.size());
+  for (auto _ : state) {
+    b->rmsnorm_bf16(x.data(), tokens, kDim, w.data(), 1e-6f, out.data(), shared_pool());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * tokens * kDim);
+}
+
+struct HcInputs {
+  HcShape shape;
+  std::vector<float> streams, fn, base, scale, pre, post, comb, x, out;
+  explicit HcInputs(int64_t tokens)
+      : streams(bf16_normals(tokens * kHc * kDim, 1.0f, 5)),
+        fn(bf16_normals((2 + kHc) * kHc * kHc * kDim, 0.01f, 6)),
+        base(bf16_normals((2 + kHc) * kHc, 0.5f, 7)),
+        scale{0.5f, 0.5f, 0.5f},
+        pre(static_cast<size_t>(tokens * kHc)),
+        post(pre.size()),
+        comb(static_cast<size_t>(tokens * kHc * kHc)),
+        x(static_cast<size_t>(tokens * kDim)),
+        out(streams.size()) {
+    shape.hc = kHc;
+    shape.dim = kDim;
+  }
+  HcSiteWeights site() const { return {fn.data(), base.data(), scale.data()}; }
+};
+
+void bm_hc_mixes(benchmark::State& state, const Backend* b, int64_t tokens) {
+  HcInputs in(tokens);
+  for (auto _ : state) {
+    b->hc_mixes(in.streams.data(), tokens, in.site(), in.shape, in.pre.data(), in.post.data(), in.comb.data(),
+                shared_pool());
+    benchmark::DoNotOptimize(in.comb.data());
+  }
+  state.SetItemsProcessed(state.iterations() * tokens);
+}
+
+void bm_hc_pre(benchmark::State& state, const Backend* b, int64_t tokens) {
+  HcInputs in(tokens);
+  for (float& p : in.pre) p = 0.25f;
+  for (auto _ : state) {
+    b->hc_pre(in.streams.data(), tokens, kHc, kDim, in.pre.data(), in.x.data(), shared_pool());
+    benchmark::DoNotOptimize(in.x.data());
+  }
+  state.SetItemsProcessed(state.iterations() * tokens);
+}
+
+void bm_hc_post(benchmark::State& state, const Backend* b, int64_t tokens) {
+  HcInputs in(tokens);
+  for (float& p : in.post) p = 1.0f;
+  for (float& c : in.comb) c = 0.25f;
+  for (auto _ : state) {
+    b->hc_post(in.x.data(), in.streams.data(), tokens, kHc, kDim, in.post.data(), in.comb.data(), in.out.data(),
+               shared_pool());
+    benchmark::DoNotOptimize(in.out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * tokens);
+}
+
+// The query heads of one token: 64 heads x 512, the last 64 channels rotated.
+void bm_rope_rotate(benchmark::State& state, const Backend* b, int64_t tokens) {
+  constexpr int64_t kHeads = 64, kHeadDim = 512, kPairs = 32;
+  std::vector<float> q = bf16_normals(tokens * kHeads * kHeadDim, 1.0f, 8);
+  std::vector<float> c(kPairs), s(kPairs);
+  for (int64_t i = 0; i < kPairs; ++i) {
+    c[static_cast<size_t>(i)] = std::cos(0.1f * static_cast<float>(i));
+    s[static_cast<size_t>(i)] = std::sin(0.1f * static_cast<float>(i));
+  }
+  for (auto _ : state) {
+    b->rope_rotate(q.data() + kHeadDim - 2 * kPairs, tokens * kHeads, kHeadDim, c.data(), s.data(), kPairs, false);
+    benchmark::DoNotOptimize(q.data());
+  }
+  state.SetItemsProcessed(state.iterations() * tokens * kHeads);
+}
+
+// One indexer call: `tokens` queries (64 heads x 128) against a block of 256 keys.
+void bm_index_scores(benchmark::State& state, const Backend* b, int64_t tokens) {
+  constexpr int kHeads = 64;
+  constexpr int64_t kIndexDim = 128, kKeys = 256;
+  const std::vector<float> q = bf16_normals(tokens * kHeads * kIndexDim, 1.0f, 9);
+  const std::vector<float> w = bf16_normals(tokens * kHeads, 0.1f, 10);
+  const std::vector<float> keys = bf16_normals(kKeys * kIndexDim, 1.0f, 11);
+  std::vector<float> scores(static_cast<size_t>(tokens * kKeys));
+  IndexScoreArgs args;
+  args.q = q.data();
+  args.weights = w.data();
+  args.keys = keys.data();
+  args.scores = scores.data();
+  args.num_queries = tokens;
+  args.num_keys = kKeys;
+  args.score_stride = kKeys;
+  args.heads = kHeads;
+  args.dim = kIndexDim;
+  for (auto _ : state) {
+    b->index_scores(args);
+    benchmark::DoNotOptimize(scores.data());
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(static_cast<double>(2 * tokens * kHeads * kIndexDim * kKeys),
+                                                benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+using BackendBench = void (*)(benchmark::State&, const Backend*, int64_t);
+
+void register_all() {
+  const std::pair<const char*, BackendBench> entries[] = {
+      {"act_quant", bm_act_quant}, {"linear_fp8", bm_linear_fp8}, {"rmsnorm", bm_rmsnorm},
+      {"hc_mixes", bm_hc_mixes},   {"hc_pre", bm_hc_pre},         {"hc_post", bm_hc_post},
+      {"rope_rotate", bm_rope_rotate}, {"index_scores", bm_index_scores},
+  };
+  for (const auto& [entry, fn] : entries) {
+    for (const Backend* b : available_backends()) {
+      for (int64_t tokens : {1, 32}) {
+        const std::string name = std::string(entry) + "/" + b->name + "/tokens:" + std::to_string(tokens);
+        benchmark::RegisterBenchmark(name.c_str(), fn, b, tokens)->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsflash
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  dsflash::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,162 @@
+// The Backend tables: each entry is a kernel of its own file; this file only chooses which one a table holds.
+#include "kernels/backend.h"
+
+#include "core/thread_pool.h"
+#include "formats/quant.h"
+#include "kernels/linear_impl.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope_rotate.h"
+#include "kernels/topk.h"
+
+namespace dsflash {
+namespace {
+
+// ---- Entries shared by the tables (the scalar kernel, run single-threaded or split over the pool by rows /
+// tokens; rows are independent, so both give the same bits).
+
+// Runs fn(begin, end) over [0, n) on the pool when there is more than one item.
+template <class Fn>
+void over_rows(int64_t n, ThreadPool* pool, Fn fn) {
+  if (pool != nullptr && n > 1) {
+    pool->parallel_for(n, [&](int64_t begin, int64_t end, int) { fn(begin, end); });
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+
+void act_quant_rows(const float* x, int64_t rows, int64_t k, uint8_t* codes, uint8_t* scales, ThreadPool* pool) {
+  over_rows(rows, pool, [&](int64_t begin, int64_t end) {
+    act_quant_block32(x + begin * k, (end - begin) * k, codes + begin * k, scales + begin * (k / 32));
+  });
+}
+void act_quant_rows_single(const float* x, int64_t rows, int64_t k, uint8_t* codes, uint8_t* scales, ThreadPool*) {
+  act_quant_rows(x, rows, k, codes, scales, nullptr);
+}
+
+void rmsnorm_threaded(const float* x, int64_t rows, int64_t dim, const uint16_t* weight, float eps, float* out,
+                      ThreadPool* pool) {
+  rmsnorm_bf16(x, rows, dim, weight, eps, out, pool);
+}
+void rmsnorm_single(const float* x, int64_t rows, int64_t dim, const uint16_t* weight, float eps, float* out,
+                    ThreadPool*) {
+  rmsnorm_bf16(x, rows, dim, weight, eps, out, nullptr);
+}
+
+void hc_mixes_threaded(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape,
+                       float* pre, float* post, float* comb, ThreadPool* pool) {
+  hc_mixes(streams, num_tokens, site, shape, pre, post, comb, pool);
+}
+void hc_mixes_single(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape,
+                     float* pre, float* post, float* comb, ThreadPool*) {
+  hc_mixes(streams, num_tokens, site, shape, pre, post, comb, nullptr);
+}
+
+void hc_pre_threaded(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out,
+                     ThreadPool* pool) {
+  over_rows(num_tokens, pool, [&](int64_t begin, int64_t end) {
+    hc_pre(streams + begin * hc * dim, end - begin, hc, dim, pre_mix + begin * hc, out + begin * dim);
+  });
+}
+void hc_pre_single(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out,
+                   ThreadPool*) {
+  hc_pre(streams, num_tokens, hc, dim, pre_mix, out);
+}
+
+void hc_post_threaded(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim,
+                      const float* post, const float* comb, float* out, ThreadPool* pool) {
+  over_rows(num_tokens, pool, [&](int64_t begin, int64_t end) {
+    hc_post(y + begin * dim, residual + begin * hc * dim, end - begin, hc, dim, post + begin * hc,
+            comb + begin * hc * hc, out + begin * hc * dim);
+  });
+}
+void hc_post_single(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim,
+                    const float* post, const float* comb, float* out, ThreadPool*) {
+  hc_post(y, residual, num_tokens, hc, dim, post, comb, out);
+}
+
+// ---- The fused quantise + GEMM of one linear kernel set.
+using LinearTable = const LinearKernels* (*)();
+const LinearKernels* reference_linear_table() { return &reference_linear_kernels(); }
+
+template <LinearTable kTable>
+void fused_linear_fp8(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool) {
+  linear_fp8(x, rows, w, y, *kTable(), pool);
+}
+template <LinearTable kTable>
+void fused_linear_fp4(const float* x, int64_t rows, const Fp4Weight& w, float* y, ThreadPool* pool) {
+  linear_fp4(x, rows, w, y, *kTable(), pool);
+}
+
+// A SIMD table: the linears of `kTable`, every other entry the threaded fast kernel.
+template <LinearTable kTable>
+Backend simd_backend(const char* name) {
+  const LinearKernels& linear = *kTable();
+  return Backend{
+      .name = name,
+      .fp8_gemm = linear.fp8_gemm,
+      .fp4_gemm = linear.fp4_gemm,
+      .bf16_gemm = linear.bf16_gemm,
+      .act_quant = act_quant_rows,
+      .linear_fp8 = fused_linear_fp8<kTable>,
+      .linear_fp4 = fused_linear_fp4<kTable>,
+      .rmsnorm_bf16 = rmsnorm_threaded,
+      .hc_mixes = hc_mixes_threaded,
+      .hc_pre = hc_pre_threaded,
+      .hc_post = hc_post_threaded,
+      .rope_rotate = rope_rotate_pairs,
+      .index_scores = index_scores_packed16,
+      .topk_select = best_topk().select,
+      .sparse_attention = best_sparse_attention().attend,
+  };
+}
+
+// nullptr when the CPU lacks the table's features.
+const Backend* avx2_backend() {
+  if (linear_impl::avx2_kernels() == nullptr) return nullptr;
+  static const Backend backend = simd_backend<linear_impl::avx2_kernels>("avx2");
+  return &backend;
+}
+
+const Backend* avx512_backend() {
+  if (linear_impl::avx512_kernels() == nullptr) return nullptr;
+  static const Backend backend = simd_backend<linear_impl::avx512_kernels>("avx512");
+  return &backend;
+}
+
+}  // namespace
+
+const Backend& reference_backend() {
+  static const Backend backend{
+      .name = "reference",
+      .fp8_gemm = reference_linear_kernels().fp8_gemm,
+      .fp4_gemm = reference_linear_kernels().fp4_gemm,
+      .bf16_gemm = reference_linear_kernels().bf16_gemm,
+      .act_quant = act_quant_rows_single,
+      .linear_fp8 = fused_linear_fp8<reference_linear_table>,
+      .linear_fp4 = fused_linear_fp4<reference_linear_table>,
+      .rmsnorm_bf16 = rmsnorm_single,
+      .hc_mixes = hc_mixes_single,
+      .hc_pre = hc_pre_single,
+      .hc_post = hc_post_single,
+      .rope_rotate = rope_rotate_pairs,
+      .index_scores = index_scores_reference,
+      .topk_select = reference_topk().select,
+      .sparse_attention = reference_sparse_attention().attend,
+  };
+  return backend;
+}
+
+std::vector<const Backend*> available_backends() {
+  std::vector<const Backend*> all;
+  if (const Backend* b = avx512_backend()) all.push_back(b);
+  if (const Backend* b = avx2_backend()) all.push_back(b);
+  all.push_back(&reference_backend());
+  return all;
+}
+
+const Backend& best_backend() {
+  static const Backend& best = *available_backends().front();
+  return best;
+}
+
+}  // namespace dsflash

@@ -1,0 +1,79 @@
+// One table of every kernel the forward runs (DESIGN.md, src/kernels): a Backend per target, filled once at
+// start. The model calls kernels only through a Backend (ComputeContext::backend), so the table choice is the only
+// dispatch: no ISA #if and no "reference?" branches in model code.
+//
+// Tables: reference_backend() is the scalar oracle of every entry (single-threaded: it ignores the pool); the SIMD
+// tables ("avx2", the x86-64-v3 build baseline; "avx512" where the CPU has F/BW/VL/DQ/BF16/VBMI) agree with it bit
+// for bit on every entry except the three matmuls, which agree within the reordering bound documented in
+// kernels/linear.h. An entry without an AVX-512 version is the AVX2 one.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/hc.h"
+#include "kernels/index_score.h"
+#include "kernels/linear.h"
+#include "kernels/sparse_attention.h"
+
+namespace dsflash {
+
+class ThreadPool;
+
+// Every pointer below is set in every table. pool may be nullptr (single-threaded) wherever it is taken.
+struct Backend {
+  const char* name;  // "reference", "avx2", "avx512"
+
+  // --- linears (kernels/linear.h): y fp32 [rows, w.out] before any bf16 rounding.
+  void (*fp8_gemm)(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool);
+  void (*fp4_gemm)(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool);
+  // x fp32 [rows, w.in].
+  void (*bf16_gemm)(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
+
+  // --- activation quantisation (formats/quant.h act_quant_block32, row by row):
+  // x fp32 [rows, k] (k % 32 == 0) -> codes [rows, k] e4m3, scales [rows, k/32] ue8m0.
+  void (*act_quant)(const float* x, int64_t rows, int64_t k, uint8_t* codes, uint8_t* scales, ThreadPool* pool);
+  // model.py linear() on FP8 / MXFP4 weights: act_quant of x [rows, w.in] fp32, then this table's fp8_gemm /
+  // fp4_gemm -> y fp32 [rows, w.out].
+  void (*linear_fp8)(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool);
+  void (*linear_fp4)(const float* x, int64_t rows, const Fp4Weight& w, float* y, ThreadPool* pool);
+
+  // --- RMSNorm (kernels/rmsnorm.h): x fp32 [rows, dim], weight bf16 bits [dim] -> out [rows, dim] bf16 values
+  // (out may alias x).
+  void (*rmsnorm_bf16)(const float* x, int64_t rows, int64_t dim, const uint16_t* weight, float eps, float* out,
+                       ThreadPool* pool);
+
+  // --- mHC (kernels/hc.h): streams [tokens, hc, dim] -> pre/post [tokens, hc], comb [tokens, hc, hc].
+  void (*hc_mixes)(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape,
+                   float* pre, float* post, float* comb, ThreadPool* pool);
+  // out [tokens, dim] = bf16(Σ_j pre_mix[t][j] * streams[t][j]).
+  void (*hc_pre)(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out,
+                 ThreadPool* pool);
+  // out [tokens, hc, dim] = bf16(post[k] * y + Σ_j comb[j][k] * residual[j]); out must not alias residual.
+  void (*hc_post)(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim, const float* post,
+                  const float* comb, float* out, ThreadPool* pool);
+
+  // --- RoPE rotation (kernels/rope_rotate.h): `count` vectors at x + i*stride, each rope_dim = 2*pairs fp32
+  // (bf16 values) rotated in place by the shared angles cos/sin [pairs], rounded to bf16; inverse = conjugate.
+  void (*rope_rotate)(float* x, int64_t count, int64_t stride, const float* cos, const float* sin, int64_t pairs,
+                      bool inverse);
+
+  // --- indexer scores of a block of keys for a tile of queries (kernels/index_score.h IndexScoreArgs).
+  // Single-threaded; callers split key blocks over threads.
+  void (*index_scores)(const IndexScoreArgs& args);
+
+  // --- top-k (kernels/topk.h): min(k, n) indices of x [n] in descending rank (value desc, index asc).
+  void (*topk_select)(const float* x, int64_t n, int64_t k, int32_t* out);
+
+  // --- sparse attention with the per-head sink (kernels/sparse_attention.h).
+  void (*sparse_attention)(const SparseAttentionArgs& args, ThreadPool* pool);
+};
+
+// The scalar oracles, single-threaded.
+const Backend& reference_backend();
+// The fastest table this CPU runs (chosen once, at first use).
+const Backend& best_backend();
+// Every table this CPU runs, fastest first; always ends with the reference (for tests and benchmarks).
+std::vector<const Backend*> available_backends();
+
+}  // namespace dsflash
