@@ -474,7 +474,7 @@ Status AttentionLayer::forward_global_kv(const float* x, int64_t num_tokens, int
   const std::string where = "attention layer " + std::to_string(layer_) + " global-KV path";
   if (!kv_source_) return Status::Error(where + ": the layer is not a KV source");
   if (x == nullptr || num_tokens <= 0 || start_pos < 0) return Status::Error(where + ": bad arguments");
-  if (ctx.linear == nullptr) return Status::Error(where + ": ComputeContext has no linear kernels");
+  if (ctx.backend == nullptr) return Status::Error(where + ": ComputeContext has no kernel backend");
   const CompressedKv* own = state.compressed(layer_);
   if (own == nullptr || own->num_entries() != start_pos / ratio_) {
     return Status::Error(where + ": compressed KV holds " + std::to_string(own ? own->num_entries() : -1) +
@@ -501,7 +501,7 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
   if (x == nullptr || out == nullptr || segments == nullptr || num_segments <= 0) {
     return Status::Error(where + ": bad arguments (no rows or no segments)");
   }
-  if (ctx.linear == nullptr) return Status::Error(where + ": ComputeContext has no linear kernels");
+  if (ctx.backend == nullptr) return Status::Error(where + ": ComputeContext has no kernel backend");
   int64_t t_n = 0;  // rows of the call
   for (int64_t i = 0; i < num_segments; ++i) {
     const AttentionSegment& seg = segments[i];
@@ -540,25 +540,23 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
   // q path: qr = q_norm(wq_a(x)) [rows, q_lora]; q = rope(wq_b(qr)) [rows, H, D].
   std::vector<float> qr(static_cast<size_t>(t_n * q_lora_));
   fp8_linear_bf16(x, t_n, wq_a_, qr.data(), ctx);
-  rmsnorm_bf16(qr.data(), t_n, q_lora_, q_norm_, eps_, qr.data(), ctx.pool);
+  ctx.backend->rmsnorm_bf16(qr.data(), t_n, q_lora_, q_norm_, eps_, qr.data(), ctx.pool);
   std::vector<float> q(static_cast<size_t>(t_n * h_n * d));
   fp8_linear_bf16(qr.data(), t_n, wq_b_, q.data(), ctx);
   for (int64_t t = 0; t < t_n; ++t) {
-    for (int64_t h = 0; h < h_n; ++h) {
-      rope_.rotate(&q[static_cast<size_t>((t * h_n + h) * d + d - rd)], &cos_t[t * half], &sin_t[t * half]);
-    }
+    rope_.rotate(*ctx.backend, &q[static_cast<size_t>(t * h_n * d + d - rd)], h_n, d, &cos_t[t * half], &sin_t[t * half]);
   }
 
   // The single latent K = V: kv = FP8(rope(kv_norm(wkv(x)))) [rows, D]; codes/scales are the window ring's bytes,
   // kv their dequantised values.
   std::vector<float> kv(static_cast<size_t>(t_n * d));
   fp8_linear_bf16(x, t_n, wkv_, kv.data(), ctx);
-  rmsnorm_bf16(kv.data(), t_n, d, kv_norm_, eps_, kv.data(), ctx.pool);
+  ctx.backend->rmsnorm_bf16(kv.data(), t_n, d, kv_norm_, eps_, kv.data(), ctx.pool);
   for (int64_t t = 0; t < t_n; ++t) {
-    rope_.rotate(&kv[static_cast<size_t>(t * d + d - rd)], &cos_t[t * half], &sin_t[t * half]);
+    rope_.rotate(*ctx.backend, &kv[static_cast<size_t>(t * d + d - rd)], 1, d, &cos_t[t * half], &sin_t[t * half]);
   }
   std::vector<uint8_t> kv_codes(static_cast<size_t>(t_n * d)), kv_scales(static_cast<size_t>(t_n * d / 32));
-  act_quant_block32(kv.data(), t_n * d, kv_codes.data(), kv_scales.data());
+  ctx.backend->act_quant(kv.data(), t_n, d, kv_codes.data(), kv_scales.data(), ctx.pool);
   dequant_e4m3_ue8m0(kv_codes.data(), kv_scales.data(), t_n * d, 32, kv.data());
 
   // Per sequence: window, compressed branch, sparse attention -> o [rows, H, D].
@@ -575,9 +573,8 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
 
   // Remove the query rotation from the output, then the grouped wo_a (bf16 einsum) and wo_b (FP8), all rows.
   for (int64_t t = 0; t < t_n; ++t) {
-    for (int64_t h = 0; h < h_n; ++h) {
-      rope_.rotate(&o[static_cast<size_t>((t * h_n + h) * d + d - rd)], &cos_t[t * half], &sin_t[t * half], true);
-    }
+    rope_.rotate(*ctx.backend, &o[static_cast<size_t>(t * h_n * d + d - rd)], h_n, d, &cos_t[t * half],
+                 &sin_t[t * half], true);
   }
   const int64_t group_in = h_n * d / groups_;
   std::vector<float> group_x(static_cast<size_t>(t_n * group_in)), group_y(static_cast<size_t>(t_n * o_lora_));
@@ -709,7 +706,6 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
   // Sparse attention over [window entries ; compressed entries], in tiles of queries; the compressed rows a tile
   // uses are dequantised once per tile.
   const int64_t entries = window_entries + topk_width;
-  const SparseAttentionKernels& attention = ctx.reference ? reference_sparse_attention() : best_sparse_attention();
   std::vector<const float*> list;
   std::vector<float> compressed_rows;
   std::vector<int32_t> loaded;  // sorted distinct compressed positions of the tile; row r of compressed_rows
@@ -750,7 +746,7 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
     args.dim = d;
     args.scale = scale;
     ProfileScope profile_scope(ctx.profile, ProfilePhase::kAttention);
-    attention.attend(args, ctx.pool);
+    ctx.backend->sparse_attention(args, ctx.pool);
   }
   return Status::Ok();
 }

@@ -82,20 +82,11 @@ struct ComputeContext {
   ThreadPool* pool = nullptr;        // nullptr: single-threaded
   StepProfile* profile = nullptr;    // nullptr: no timing (the default)
 
-  // Transitional, for the files that have not switched to `backend` yet (AttentionLayer::forward and
-  // forward_global_kv, attention_decode_batch.cpp, forward_plan.cpp, transformer.cpp): the same table, and
-  // whether it is the reference. Set together with `backend` by for_backend(); removed once those files call
-  // ctx.backend.
-  const Backend* linear = nullptr;
-  bool reference = false;
-
   // The context running `backend` on `pool` (nullptr: single-threaded).
   static ComputeContext for_backend(const Backend& backend, ThreadPool* pool = nullptr) {
     ComputeContext ctx;
     ctx.backend = &backend;
     ctx.pool = pool;
-    ctx.linear = &backend;
-    ctx.reference = &backend == &reference_backend();
     return ctx;
   }
 };

@@ -5,8 +5,6 @@
 #include <string>
 
 #include "formats/formats.h"
-#include "kernels/hc.h"
-#include "kernels/rmsnorm.h"
 #include "model/attention.h"
 
 namespace dsflash {
@@ -108,8 +106,9 @@ void embed(const ModelWeights& weights, const std::vector<int32_t>& tokens, Stre
 void attention_input(const ModelWeights& weights, const BlockWeights& block, const Streams& s, int64_t first,
                      int64_t rows, const ComputeContext& ctx, float* x) {
   const HcShape& shape = weights.hc_shape();
-  hc_pre(s.h.data() + first * shape.hc * shape.dim, rows, shape.hc, shape.dim, s.pre_mix.data() + first * shape.hc, x);
-  rmsnorm_bf16(x, rows, shape.dim, block.attn_norm, shape.norm_eps, x, ctx.pool);
+  ctx.backend->hc_pre(s.h.data() + first * shape.hc * shape.dim, rows, shape.hc, shape.dim,
+                      s.pre_mix.data() + first * shape.hc, x, ctx.pool);
+  ctx.backend->rmsnorm_bf16(x, rows, shape.dim, block.attn_norm, shape.norm_eps, x, ctx.pool);
 }
 
 // CED split point (layer d): the global-only rows of each segment feed layer d's global-KV path, then leave the
@@ -212,7 +211,7 @@ Status forward(const ModelWeights& weights, const ForwardBatch& batch, const Com
       if (!status.ok()) return status.with_context("layer " + std::to_string(block.layer) + " Engram");
     }
     // Attention site: coefficients from the block input; the input collapses with the previous site's pre.
-    hc_mixes(s.h.data(), n, block.hc_attn, shape, w.a_pre.data(), w.a_post.data(), w.a_comb.data(), ctx.pool);
+    ctx.backend->hc_mixes(s.h.data(), n, block.hc_attn, shape, w.a_pre.data(), w.a_post.data(), w.a_comb.data(), ctx.pool);
     attention_input(weights, block, s, 0, n, ctx, w.x.data());
     if (record) record->attn_in.assign(w.x.begin(), w.x.begin() + n * dim);
     attention_segments.clear();
@@ -224,16 +223,17 @@ Status forward(const ModelWeights& weights, const ForwardBatch& batch, const Com
                                       static_cast<int64_t>(attention_segments.size()), ctx, w.y.data());
     if (!status.ok()) return status.with_context("layer " + std::to_string(block.layer) + " attention");
     if (record) record->attn_out.assign(w.y.begin(), w.y.begin() + n * dim);
-    hc_post(w.y.data(), s.h.data(), n, hc, dim, w.a_post.data(), w.a_comb.data(), w.mid.data());
+    ctx.backend->hc_post(w.y.data(), s.h.data(), n, hc, dim, w.a_post.data(), w.a_comb.data(), w.mid.data(), ctx.pool);
 
     // FFN site: coefficients from the post-attention streams; the input collapses with the attention site's pre.
-    hc_mixes(w.mid.data(), n, block.hc_ffn, shape, w.f_pre.data(), w.f_post.data(), w.f_comb.data(), ctx.pool);
-    hc_pre(w.mid.data(), n, hc, dim, w.a_pre.data(), w.x.data());
-    rmsnorm_bf16(w.x.data(), n, dim, block.ffn_norm, shape.norm_eps, w.x.data(), ctx.pool);
+    ctx.backend->hc_mixes(w.mid.data(), n, block.hc_ffn, shape, w.f_pre.data(), w.f_post.data(), w.f_comb.data(),
+                          ctx.pool);
+    ctx.backend->hc_pre(w.mid.data(), n, hc, dim, w.a_pre.data(), w.x.data(), ctx.pool);
+    ctx.backend->rmsnorm_bf16(w.x.data(), n, dim, block.ffn_norm, shape.norm_eps, w.x.data(), ctx.pool);
     if (record) record->ffn_in.assign(w.x.begin(), w.x.begin() + n * dim);
     block.moe->forward(w.x.data(), n, ctx, w.y.data(), record ? &record->routing : nullptr);
     if (record) record->ffn_out.assign(w.y.begin(), w.y.begin() + n * dim);
-    hc_post(w.y.data(), w.mid.data(), n, hc, dim, w.f_post.data(), w.f_comb.data(), s.h.data());
+    ctx.backend->hc_post(w.y.data(), w.mid.data(), n, hc, dim, w.f_post.data(), w.f_comb.data(), s.h.data(), ctx.pool);
     // The FFN site's pre feeds the next block's attention (Single-Pass mHC).
     std::copy(w.f_pre.begin(), w.f_pre.begin() + n * hc, s.pre_mix.begin());
     if (record) {
@@ -264,14 +264,14 @@ Status forward(const ModelWeights& weights, const ForwardBatch& batch, const Com
   std::vector<float> x(static_cast<size_t>(count * dim));
   for (int64_t i = 0; i < count; ++i) {
     const int64_t r = stream_rows[static_cast<size_t>(i)];
-    hc_pre(s.h.data() + r * hc * dim, 1, hc, dim, s.pre_mix.data() + r * hc, x.data() + i * dim);
+    ctx.backend->hc_pre(s.h.data() + r * hc * dim, 1, hc, dim, s.pre_mix.data() + r * hc, x.data() + i * dim, nullptr);
   }
   if (trace) trace->final_hc = x;
-  rmsnorm_bf16(x.data(), count, dim, weights.final_norm(), shape.norm_eps, x.data(), ctx.pool);
+  ctx.backend->rmsnorm_bf16(x.data(), count, dim, weights.final_norm(), shape.norm_eps, x.data(), ctx.pool);
   if (trace) trace->final_norm = x;
   out->logits.assign(static_cast<size_t>(count * config.vocab_size), 0.0f);
   ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
-  ctx.linear->bf16_gemm(x.data(), count, weights.head(), out->logits.data(), ctx.pool);
+  ctx.backend->bf16_gemm(x.data(), count, weights.head(), out->logits.data(), ctx.pool);
   return Status::Ok();
 }
 
