@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "model/model_runner.h"
+#include "engine/sampler.h"
 
 namespace dsflash::engine {
 
@@ -46,6 +46,15 @@ Result<RequestId> Scheduler::submit(Request request) {
                          std::to_string(config.max_position_embeddings));
   }
   if (request.prefill.replay_tokens < 0) return Status::Error("request: replay_tokens must be >= 0");
+  Status sampling = validate_sampling(request.sampling);
+  if (!sampling.ok()) return sampling.with_context("request");
+  for (size_t i = 0; i < request.follow.size(); ++i) {
+    if (request.follow[i] < 0 || request.follow[i] >= config.vocab_size) {
+      return Status::Error("request: follow id " + std::to_string(request.follow[i]) + " at index " +
+                           std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(config.vocab_size) +
+                           ")");
+    }
+  }
   const int64_t need = kv_->bytes_for_sequence(positions);
   if (need > kv_->budget_bytes()) {
     return Status::Error("request: " + std::to_string(positions) + " positions need " + std::to_string(need) +
@@ -93,14 +102,25 @@ void Scheduler::finish(RequestId id, FinishReason reason, const std::string& err
     running_.erase(it);
     break;
   }
-  if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason});
+  if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason, 0.0f, {}, {}, {}});
 }
 
-bool Scheduler::emit(Running& r, int32_t token, std::vector<Event>* events) {
+bool Scheduler::emit(Running& r, const float* row, std::vector<Event>* events) {
+  const int64_t vocab = weights_.config().vocab_size;
+  SampledToken sampled = r.sampler.sample(row, vocab);
+  const int32_t token = sampled.id;
   RequestRecord& rec = records_[r.id];
   rec.generated.push_back(token);
-  if (events != nullptr) events->push_back(Event{Event::Kind::kToken, r.id, token, FinishReason::kNone});
-  r.next_input = token;
+  if (events != nullptr) {
+    Event event{Event::Kind::kToken, r.id, token, FinishReason::kNone, sampled.logprob, std::move(sampled.top), {}, {}};
+    if (r.request.return_logits) {
+      event.logits.assign(row, row + vocab);
+      event.positions.push_back(r.seq.num_positions() - 1);
+    }
+    events->push_back(std::move(event));
+  }
+  const size_t step = rec.generated.size() - 1;  // the decode step this token feeds
+  r.next_input = step < r.request.follow.size() ? r.request.follow[step] : token;
   const auto& stops = r.request.stop_ids;
   if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
     finish(r.id, FinishReason::kStopToken, "", events);
@@ -126,7 +146,10 @@ Status Scheduler::admit() {
       (void)kv_->release(*pages);
       return seq.status().with_context("admitting request " + std::to_string(id));
     }
-    auto running = std::make_unique<Running>(Running{id, std::move(request), std::move(*seq), *pages, 0, -1});
+    Sampler sampler(request.sampling);
+    auto running = std::make_unique<Running>(
+        Running{id, std::move(request), std::move(*seq), *pages, 0, -1, std::move(sampler)});
+    running->sampler.observe_prompt(running->request.prompt);
     Status s = running->seq.attention().attach_pages(*pages);
     if (!s.ok()) {
       (void)kv_->release(*pages);
@@ -148,7 +171,7 @@ Status Scheduler::admit() {
 Status Scheduler::step(std::vector<Event>* events) {
   last_step_ = StepStats();
   for (const auto& [id, reason] : pending_finish_) {
-    if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason});
+    if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason, 0.0f, {}, {}, {}});
   }
   pending_finish_.clear();
   Status s = admit();
@@ -172,8 +195,9 @@ Status Scheduler::step(std::vector<Event>* events) {
     const int64_t prompt_length = static_cast<int64_t>(r.request.prompt.size());
     const int64_t chunk = std::min(budget, prompt_length - rec.prompt_done);
     ChunkLogits out;
+    const bool all_rows = r.request.return_logits && r.request.prefill.mode == PrefillMode::kExact;
     s = plan_.prefill(r.request.prompt.data() + rec.prompt_done, chunk, prompt_length, r.seq, ctx_, r.request.prefill,
-                      LogitsRows::kLast, &out);
+                      all_rows ? LogitsRows::kAll : LogitsRows::kLast, &out);
     if (!s.ok()) {
       finish(r.id, FinishReason::kError, s.message(), events);
       continue;  // running_[i] is now the next request
@@ -181,10 +205,22 @@ Status Scheduler::step(std::vector<Event>* events) {
     budget -= chunk;
     last_step_.prefill_tokens += chunk;
     rec.prompt_done += chunk;
-    if (rec.prompt_done == prompt_length) {
+    const bool prompt_done = rec.prompt_done == prompt_length;
+    const int64_t vocab = weights_.config().vocab_size;
+    if (all_rows && events != nullptr) {
+      // Every row but the prompt's last (that one goes with the first token).
+      const size_t rows = out.positions.size() - (prompt_done ? 1 : 0);
+      if (rows > 0) {
+        Event event{Event::Kind::kPromptLogits, r.id, -1, FinishReason::kNone, 0.0f, {}, {}, {}};
+        event.logits.assign(out.logits.begin(), out.logits.begin() + static_cast<int64_t>(rows) * vocab);
+        event.positions.assign(out.positions.begin(), out.positions.begin() + static_cast<int64_t>(rows));
+        events->push_back(std::move(event));
+      }
+    }
+    if (prompt_done) {
       rec.status = RequestStatus::kDecoding;
-      const int64_t vocab = weights_.config().vocab_size;
-      if (emit(r, argmax(out.logits.data(), vocab), events)) continue;  // finished: erased from running_
+      const float* last_row = out.logits.data() + (static_cast<int64_t>(out.positions.size()) - 1) * vocab;
+      if (emit(r, last_row, events)) continue;  // finished: erased from running_
     }
     ++i;
   }
@@ -210,14 +246,14 @@ Status Scheduler::step(std::vector<Event>* events) {
       return s.with_context("decode step");
     }
     last_step_.decode_batch = static_cast<int64_t>(batch.size());
-    const int64_t vocab = weights_.config().vocab_size;
+    const int64_t vocab = weights_.config().vocab_size;  // logits: [batch, vocab]
     std::vector<RequestId> ids;
     for (Running* r : batch) ids.push_back(r->id);
     for (size_t b = 0; b < ids.size(); ++b) {
       // emit() may erase finished requests from running_; look each one up by id.
       for (auto& r : running_) {
         if (r->id == ids[b]) {
-          emit(*r, argmax(logits.data() + static_cast<int64_t>(b) * vocab, vocab), events);
+          emit(*r, logits.data() + static_cast<int64_t>(b) * vocab, events);
           break;
         }
       }

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "model/forward_plan.h"
-#include "model/model_runner.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
 #include "model/golden_tensors.h"
 
 namespace dsflash::testing {

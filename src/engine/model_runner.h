@@ -1,8 +1,8 @@
 // Loads a checkpoint directory into everything a forward pass needs (mapped checkpoint, bound weights, kernel
-// tables, worker threads) and runs prompts: used by `dsflash logits`, `dsflash generate` and the end-to-end
-// tests. Owns the storage; Transformer and SequenceState do the compute and hold the per-sequence state.
+// tables, worker threads): the Engine (engine/engine.h) owns one; the end-to-end tests use it directly. Owns the storage; Transformer and SequenceState do the compute and hold the per-sequence state.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,7 +24,10 @@ struct RunnerOptions {
 
 class ModelRunner {
  public:
-  static Result<std::unique_ptr<ModelRunner>> open(const std::string& checkpoint_dir, const RunnerOptions& options);
+  // progress(stage, fraction of the load done): "checkpoint" (mapped), "weights" (bound), "kernels" (ready).
+  using Progress = std::function<void(const char* stage, double fraction)>;
+  static Result<std::unique_ptr<ModelRunner>> open(const std::string& checkpoint_dir, const RunnerOptions& options,
+                                                   const Progress& progress = {});
 
   const ModelConfig& config() const { return checkpoint_.config(); }
   const ModelWeights& weights() const { return *weights_; }
@@ -47,22 +50,5 @@ class ModelRunner {
   ComputeContext ctx_;
   std::unique_ptr<Transformer> transformer_;
 };
-
-// Index of the largest value; ties to the lowest index (torch argmax), NaN never chosen over a number.
-int32_t argmax(const float* values, int64_t n);
-
-// Greedy run of the `dsflash logits` contract: prefill on `prompt`, then `decode_steps` single-token steps whose
-// inputs are `follow[i]` when given (teacher forcing) or the previous greedy id. logits: rows [rows, vocab]
-// (exact: every prompt position, else the last one; then one per decode step), positions: their absolute
-// positions, generated: the greedy id after the prompt and after every decode step (decode_steps + 1 ids).
-// exact = the official full forward (Transformer); otherwise the default plan, CED prefill with Decoder SWA
-// Bounded Replay (model/forward_plan.h), and decode steps with the decoder window floored at the replay start.
-struct GreedyRun {
-  std::vector<float> logits;
-  std::vector<int64_t> positions;
-  std::vector<int32_t> generated;
-};
-Result<GreedyRun> run_greedy(const ModelRunner& runner, const std::vector<int32_t>& prompt, int64_t decode_steps,
-                             const std::vector<int32_t>& follow, bool exact);
 
 }  // namespace dsflash
