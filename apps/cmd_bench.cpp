@@ -3,17 +3,21 @@
 //   ppN default / exact   prefill tokens/s of an N-token prompt with the CED bounded-replay plan and the official
 //                         full forward, and their cost ratio (default time / exact time, same prompt);
 //   tgN bB @ dD           decode tokens/s of B sequences decoding together at context depth D (B * N / time);
-//   global KV             bytes per token actually allocated (kv pages) for the longest prompt, and what reserving
-//                         a --reserve-context context allocates;
+//   global KV             bytes per token the engine reserved (kv pages, whole blocks) for the longest prompt
+//                         (prompt + the one generated id), and what reserving a --reserve-context context allocates;
 //   decode step @ D       one batch-1 decode step at depth D split into the context-free part (matmuls, MoE, norms,
 //                         head: the step at the window depth) and the context-dependent part (the rest), and by
-//                         phase as timed inside the step (StepProfile, model/compute_context.h): indexer scoring +
+//                         phase as timed inside the step (StepRecord::phase_ns, include/dsflash/engine.h): indexer scoring +
 //                         top-k (+ candidate pool), sparse attention (row gathers + kernel), linear layers (every
 //                         matmul, with its activation quantisation), other (norms, mHC, rope, routing, Engram,
 //                         compressor arithmetic);
 //   peak RSS              getrusage maximum resident set.
-// Prefill fairness: both plans get the same prompt in the same chunks and compute logits only for the last prompt
-// position (LogitsRows::kLast: what generation needs), so the ratio compares the layer work alone.
+// Everything runs through the Engine (include/dsflash/engine.h): each figure is one or more requests, timed by the
+// engine's step records (StepRecord: the wall time of each step and what it computed), so decode figures count
+// only pure decode steps (no prefill in them). The step profile is on for the whole run (a clock read per phase
+// change, negligible next to the matmuls).
+// Prefill fairness: both plans get the same prompt in the same chunks (--chunk = prefill tokens per step) and
+// compute logits only for the last prompt position (what generation needs), so the ratio compares the layer work.
 // --json prints the same figures as one JSON object. Timing is wall clock; a benchmark is not a test.
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
@@ -31,10 +35,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "io/model_stats.h"
-#include "kv/kv_cache.h"
-#include "engine/batch_builder.h"
-#include "model/model_runner.h"
+#include "dsflash/engine.h"
 
 namespace dsflash::cli {
 namespace {
@@ -88,129 +89,69 @@ std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint32_t seed) {
   return ids;
 }
 
+// Runs measurement requests on the engine and reads back its step records. One caller thread: every step the
+// engine runs between two take_step_records() calls belongs to the requests submitted here.
+EngineError bench_error(const std::string& message) { return EngineError{ErrorCode::kInternal, message}; }
+
 class Bench {
  public:
-  Bench(const ModelRunner& runner, const BenchOptions& options, kv::KvCacheManager& kv)
-      : runner_(runner), options_(options), kv_(kv) {}
+  explicit Bench(Engine& engine) : engine_(engine) {}
 
-  // A fresh sequence whose global KV lives in pages of the manager (reserving `positions`).
-  Result<std::pair<SequenceState, kv::SequencePages*>> sequence(int64_t positions) {
-    auto seq = runner_.new_sequence();
-    if (!seq.ok()) return seq.status();
-    auto pages = kv_.open(positions);
-    if (!pages.ok()) return pages.status();
-    Status s = seq->attention().attach_pages(*pages);
-    if (!s.ok()) return s;
-    return std::make_pair(std::move(*seq), *pages);
-  }
-
-  // Prefill time of `prompt` in `mode`; the global KV bytes the sequence ended up holding.
-  Result<double> prefill(const std::vector<int32_t>& prompt, engine::PrefillMode mode, int64_t* global_bytes) {
-    const int64_t n = static_cast<int64_t>(prompt.size());
-    auto made = sequence(0);  // pages grow as the prompt is processed: the allocation is what the prompt needs
-    if (!made.ok()) return made.status();
-    auto& [seq, pages] = *made;
-    engine::PrefillOptions po;
-    po.mode = mode;
-    ForwardOutput out;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t done = 0; done < n;) {
-      const int64_t c = std::min(options_.chunk, n - done);
-      Status s = prefill_chunk(prompt.data() + done, c, n, seq, po, &out);
-      if (!s.ok()) return s;
-      done += c;
-    }
-    const double t = seconds_since(t0);
-    if (global_bytes != nullptr) *global_bytes = pages->global_bytes();
-    Status s = kv_.release(pages);
-    if (!s.ok()) return s;
+  // Prefill seconds of `prompt` in `plan` (the sum of the request's steps); the global KV bytes it held.
+  Expected<double> prefill(const std::vector<int32_t>& prompt, Plan plan, int64_t* global_bytes) {
+    (void)engine_.take_step_records();
+    GenerationRequest request;
+    request.prompt_ids = prompt;
+    request.max_tokens = 1;
+    request.stop_at_eos = false;
+    request.detokenize = false;
+    request.plan = plan;
+    auto done = engine_.generate(std::move(request));
+    if (!done.ok()) return done.error();
+    if (global_bytes != nullptr) *global_bytes = done->global_kv_bytes;
+    double t = 0;
+    for (const StepRecord& step : engine_.take_step_records()) t += step.seconds;
     return t;
   }
 
-  // A prefilled (default plan) state at `depth` positions, kept to clone decode batches from.
-  Status prepare_depth(int64_t depth) {
-    if (depth < 1) return Status::Error("decode depth " + std::to_string(depth) + " must be >= 1");
-    base_ = std::nullopt;
-    auto seq = runner_.new_sequence();
-    if (!seq.ok()) return seq.status();
-    const std::vector<int32_t> prompt = random_prompt(depth, runner_.config().vocab_size, 7);
-    ForwardOutput out;
-    for (int64_t done = 0; done < depth;) {
-      const int64_t c = std::min(options_.chunk, depth - done);
-      Status s = prefill_chunk(prompt.data() + done, c, depth, *seq, engine::PrefillOptions(), &out);
-      if (!s.ok()) return s;
-      done += c;
-    }
-    base_token_ = argmax(out.logits.data(), runner_.config().vocab_size);
-    base_floor_ = engine::replay_start(runner_.config(), engine::PrefillOptions(), depth);
-    base_ = std::move(*seq);
-    return Status::Ok();
-  }
-
-  // Seconds for `steps` decode steps of `batch` copies of the prepared state (each copy in its own pages).
-  // profile: when not null, the steps' time by phase is added to it.
-  Result<double> decode(int64_t batch, int64_t steps, StepProfile* profile = nullptr) {
-    std::vector<SequenceState> states;
-    std::vector<kv::SequencePages*> pages;
+  // The pure decode steps (no prefill in the step) of `batch` requests with a `depth`-token prompt each, decoding
+  // `steps` tokens after their first: the steps whose decode batch is the whole batch, oldest first.
+  Expected<std::vector<StepRecord>> decode_steps(int64_t depth, int64_t batch, int64_t steps) {
+    if (depth < 1) return bench_error("decode depth " + std::to_string(depth) + " must be >= 1");
+    (void)engine_.take_step_records();
+    const std::vector<int32_t> prompt = random_prompt(depth, engine_.info().vocab_size, 7);
+    std::vector<RequestHandle> handles;
     for (int64_t b = 0; b < batch; ++b) {
-      states.push_back(*base_);
-      auto p = kv_.open(base_->num_positions() + steps);
-      if (!p.ok()) return p.status();
-      pages.push_back(*p);
-      Status s = states.back().attention().attach_pages(*p);
-      if (!s.ok()) return s;
+      GenerationRequest request;
+      request.prompt_ids = prompt;
+      request.max_tokens = steps + 1;
+      request.stop_at_eos = false;
+      request.detokenize = false;
+      auto handle = engine_.submit(std::move(request));
+      if (!handle.ok()) return handle.error();
+      handles.push_back(*handle);
     }
-    std::vector<SequenceState*> seqs;
-    for (auto& s : states) seqs.push_back(&s);
-    std::vector<int32_t> tokens(static_cast<size_t>(batch), base_token_);
-    const std::vector<int64_t> floors(static_cast<size_t>(batch), base_floor_);
-    const int64_t vocab = runner_.config().vocab_size;
-    ComputeContext ctx = runner_.context();
-    ForwardBatch step;
-    ForwardOutput out;
-    StepProfile step_profile;
-    ctx.profile = profile != nullptr ? &step_profile : nullptr;
-    const auto t0 = std::chrono::steady_clock::now();
-    step_profile.reset();
-    for (int64_t i = 0; i < steps; ++i) {
-      step.clear();
-      for (int64_t b = 0; b < batch; ++b) {
-        engine::add_decode_row(step, *seqs[static_cast<size_t>(b)], tokens[static_cast<size_t>(b)], floors[static_cast<size_t>(b)]);
+    for (RequestHandle& handle : handles) {
+      while (auto event = handle.next()) {
+        if (event->kind == EventKind::kFinished && event->error) return *event->error;
       }
-      Status s = engine::run_batch(runner_.weights(), step, ctx, &out);
-      if (!s.ok()) return s;
-      for (int64_t b = 0; b < batch; ++b) tokens[static_cast<size_t>(b)] = argmax(out.logits.data() + b * vocab, vocab);
     }
-    const double t = seconds_since(t0);
-    if (profile != nullptr) {
-      step_profile.flush();
-      for (int p = 0; p < kNumProfilePhases; ++p) profile->ns[p] += step_profile.ns[p];
+    std::vector<StepRecord> decode;
+    for (const StepRecord& step : engine_.take_step_records()) {
+      if (step.prefill_tokens == 0 && step.decode_batch == batch) decode.push_back(step);
     }
-    for (auto* p : pages) {
-      Status s = kv_.release(p);
-      if (!s.ok()) return s;
-    }
-    return t;
+    return decode;
   }
 
  private:
-  // One prefill chunk (logits of the prompt's last row when this chunk holds it).
-  Status prefill_chunk(const int32_t* tokens, int64_t num_tokens, int64_t prompt_length, SequenceState& seq,
-                       const engine::PrefillOptions& options, ForwardOutput* out) {
-    ForwardBatch batch;
-    Status s = engine::add_prefill_chunk(batch, runner_.config(), seq, tokens, num_tokens, prompt_length, options,
-                                         LogitsRows::kLast);
-    if (!s.ok()) return s;
-    return engine::run_batch(runner_.weights(), batch, runner_.context(), out);
-  }
-
-  const ModelRunner& runner_;
-  const BenchOptions& options_;
-  kv::KvCacheManager& kv_;
-  std::optional<SequenceState> base_;
-  int32_t base_token_ = 0;
-  int64_t base_floor_ = 0;
+  Engine& engine_;
 };
+
+double total_seconds(const std::vector<StepRecord>& steps, size_t from, size_t count) {
+  double t = 0;
+  for (size_t i = from; i < from + count && i < steps.size(); ++i) t += steps[i].seconds;
+  return t;
+}
 
 std::string fmt(const Sample& s, int precision = 2) {
   char buf[96];
@@ -219,61 +160,50 @@ std::string fmt(const Sample& s, int precision = 2) {
 }
 
 int run_bench(const BenchOptions& o) {
-  RunnerOptions ro;
-  ro.num_threads = o.threads;
-  auto runner = ModelRunner::open(o.model_dir, ro);
-  if (!runner.ok()) {
-    std::cerr << "dsflash bench: " << runner.status().message() << "\n";
+  LoadOptions lo;
+  lo.num_threads = o.threads;
+  lo.kv_budget_bytes = int64_t{64} << 30;  // generous (pages are only backed when written)
+  lo.prefill_tokens_per_step = o.chunk;
+  lo.max_running = static_cast<int>(std::max<int64_t>(1, *std::max_element(o.batches.begin(), o.batches.end())));
+  lo.profile_steps = true;
+  auto engine = Engine::load(o.model_dir, lo);
+  if (!engine.ok()) {
+    std::cerr << "dsflash bench: " << engine.error().message << "\n";
     return 1;
   }
-  const ModelConfig& config = (*runner)->config();
-  auto layout = kv::KvLayout::from_config(config, 64);
-  if (!layout.ok()) {
-    std::cerr << "dsflash bench: " << layout.status().message() << "\n";
-    return 1;
-  }
-  // The cache budget: generous (pages are only backed when written).
-  auto manager = kv::KvCacheManager::create(*layout, int64_t{64} << 30);
-  if (!manager.ok()) {
-    std::cerr << "dsflash bench: " << manager.status().message() << "\n";
-    return 1;
-  }
-  int64_t size_bytes = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(o.model_dir)) {
-    if (entry.path().extension() == ".safetensors") size_bytes += static_cast<int64_t>(entry.file_size());
-  }
-  const ParameterCounts params = count_parameters(config);
+  const ModelInfo& info = (*engine)->info();
+  const int64_t size_bytes = info.checkpoint_bytes;
   const std::string model_name = std::filesystem::path(o.model_dir).filename().string().empty()
                                      ? std::filesystem::path(o.model_dir).parent_path().filename().string()
                                      : std::filesystem::path(o.model_dir).filename().string();
   char size_text[32], params_text[32];
   std::snprintf(size_text, sizeof(size_text), "%.2f GiB", static_cast<double>(size_bytes) / (1 << 30));
-  std::snprintf(params_text, sizeof(params_text), "%.2f B", static_cast<double>(params.total) / 1e9);
+  std::snprintf(params_text, sizeof(params_text), "%.2f B", static_cast<double>(info.parameters) / 1e9);
 
-  Bench bench(**runner, o, **manager);
+  Bench bench(**engine);
   nlohmann::json j;
   j["model"] = model_name;
   j["size_bytes"] = size_bytes;
-  j["params"] = params.total;
+  j["params"] = info.parameters;
   j["repetitions"] = o.repetitions;
   j["threads"] = o.threads;
   std::vector<std::array<std::string, 2>> rows;  // test, t/s
-  auto fail = [](const Status& s) {
-    std::cerr << "dsflash bench: " << s.message() << "\n";
+  auto fail = [](const EngineError& e) {
+    std::cerr << "dsflash bench: " << e.message << "\n";
     return 1;
   };
 
   // Prefill, default and exact, side by side per repetition (same prompt).
   int64_t kv_bytes_longest = 0, kv_positions_longest = 0;
   for (int64_t n : o.prompt_lengths) {
-    const std::vector<int32_t> prompt = random_prompt(n, config.vocab_size, static_cast<uint32_t>(n));
+    const std::vector<int32_t> prompt = random_prompt(n, info.vocab_size, static_cast<uint32_t>(n));
     std::vector<double> tps_default, tps_exact, ratio;
     for (int r = 0; r < o.repetitions; ++r) {
       int64_t global_bytes = 0;
-      auto td = bench.prefill(prompt, engine::PrefillMode::kBoundedReplay, &global_bytes);
-      if (!td.ok()) return fail(td.status());
-      auto te = bench.prefill(prompt, engine::PrefillMode::kExact, nullptr);
-      if (!te.ok()) return fail(te.status());
+      auto td = bench.prefill(prompt, Plan::kBoundedReplay, &global_bytes);
+      if (!td.ok()) return fail(td.error());
+      auto te = bench.prefill(prompt, Plan::kExact, nullptr);
+      if (!te.ok()) return fail(te.error());
       tps_default.push_back(static_cast<double>(n) / *td);
       tps_exact.push_back(static_cast<double>(n) / *te);
       ratio.push_back(*td / *te);
@@ -301,14 +231,16 @@ int run_bench(const BenchOptions& o) {
     depths.push_back(*std::min_element(o.prompt_lengths.begin(), o.prompt_lengths.end()));
   }
   for (int64_t depth : depths) {
-    Status s = bench.prepare_depth(depth);
-    if (!s.ok()) return fail(s);
     for (int64_t batch : o.batches) {
+      // One run decoding every repetition's tokens; its pure decode steps split into repetitions of -n steps.
+      auto steps = bench.decode_steps(depth, batch, o.decode_tokens * o.repetitions);
+      if (!steps.ok()) return fail(steps.error());
       std::vector<double> tps;
       for (int r = 0; r < o.repetitions; ++r) {
-        auto t = bench.decode(batch, o.decode_tokens);
-        if (!t.ok()) return fail(t.status());
-        tps.push_back(static_cast<double>(batch * o.decode_tokens) / *t);
+        const size_t from = static_cast<size_t>(r * o.decode_tokens);
+        if (from >= steps->size()) break;
+        const size_t count = std::min(static_cast<size_t>(o.decode_tokens), steps->size() - from);
+        tps.push_back(static_cast<double>(batch) * static_cast<double>(count) / total_seconds(*steps, from, count));
       }
       const Sample d = summarize(tps);
       rows.push_back({"tg" + std::to_string(o.decode_tokens) + " b" + std::to_string(batch) + " @ d" +
@@ -327,37 +259,32 @@ int run_bench(const BenchOptions& o) {
   }
   std::sort(bd.begin(), bd.end());
   double base_step = 0;
-  const int64_t reference_depth = std::max<int64_t>(1, config.window_size);
+  const int64_t reference_depth = std::max<int64_t>(1, info.window_size);
+  const int reps = std::max(3, o.repetitions);
   if (!bd.empty()) {
-    Status s = bench.prepare_depth(reference_depth);
-    if (!s.ok()) return fail(s);
+    auto records = bench.decode_steps(reference_depth, 1, reps);
+    if (!records.ok()) return fail(records.error());
     std::vector<double> steps;
-    for (int r = 0; r < std::max(3, o.repetitions); ++r) {
-      auto t = bench.decode(1, 1);
-      if (!t.ok()) return fail(t.status());
-      steps.push_back(*t);
-    }
+    for (const StepRecord& step : *records) steps.push_back(step.seconds);
     base_step = summarize(steps).mean;
     j["decode_step_breakdown"]["reference_depth"] = reference_depth;
     j["decode_step_breakdown"]["reference_step_ms"] = base_step * 1e3;
   }
   for (int64_t depth : bd) {
-    Status s = bench.prepare_depth(depth);
-    if (!s.ok()) return fail(s);
+    auto records = bench.decode_steps(depth, 1, reps);
+    if (!records.ok()) return fail(records.error());
+    if (records->empty()) return fail(bench_error("no decode step at depth " + std::to_string(depth)));
     std::vector<double> steps;
-    StepProfile profile;
-    const int reps = std::max(3, o.repetitions);
-    for (int r = 0; r < reps; ++r) {
-      auto t = bench.decode(1, 1, &profile);
-      if (!t.ok()) return fail(t.status());
-      steps.push_back(*t);
+    int64_t phase_ns[4] = {};
+    for (const StepRecord& step : *records) {
+      steps.push_back(step.seconds);
+      for (int p = 0; p < 4; ++p) phase_ns[p] += step.phase_ns[p];
     }
     const Sample step = summarize(steps);
     const double context = std::max(0.0, step.mean - base_step);
-    // Mean ms per step of each phase.
-    auto phase_ms = [&](ProfilePhase p) { return static_cast<double>(profile.ns[static_cast<int>(p)]) * 1e-6 / reps; };
-    const double indexer = phase_ms(ProfilePhase::kIndexer), attention = phase_ms(ProfilePhase::kAttention),
-                 linear = phase_ms(ProfilePhase::kLinear), other = phase_ms(ProfilePhase::kOther);
+    // Mean ms per step of each phase (phase_ns: other, linear, indexer, attention).
+    auto phase_ms = [&](int p) { return static_cast<double>(phase_ns[p]) * 1e-6 / static_cast<double>(steps.size()); };
+    const double other = phase_ms(0), linear = phase_ms(1), indexer = phase_ms(2), attention = phase_ms(3);
     char text[320];
     std::snprintf(text, sizeof(text),
                   "%.2f ms = %.2f context-free + %.2f context; by phase: indexer %.2f, attention %.2f, linear %.2f, "
@@ -376,26 +303,22 @@ int run_bench(const BenchOptions& o) {
   const double kv_per_token =
       kv_positions_longest > 0 ? static_cast<double>(kv_bytes_longest) / static_cast<double>(kv_positions_longest) : 0;
   j["global_kv_bytes_per_token_allocated"] = kv_per_token;
-  j["global_kv_bytes_per_token_formula"] = layout->global_bytes_per_token();
-  j["kv_block_tokens"] = layout->block_tokens;
+  j["global_kv_bytes_per_token_formula"] = info.global_kv_bytes_per_token;
+  j["kv_block_tokens"] = info.kv_block_tokens;
   {
-    auto reserve = kv::KvCacheManager::create(*layout, int64_t{64} << 30);
-    if (!reserve.ok()) return fail(reserve.status());
-    auto pages = (*reserve)->open(o.reserve_context);
-    if (!pages.ok()) return fail(pages.status());
+    const int64_t reserved = (*engine)->global_kv_bytes_for_positions(o.reserve_context);
     j["reserve_context"] = o.reserve_context;
-    j["reserve_global_kv_bytes"] = (*pages)->global_bytes();
+    j["reserve_global_kv_bytes"] = reserved;
     char text[96];
-    std::snprintf(text, sizeof(text), "%.4f GB (%lld B)", static_cast<double>((*pages)->global_bytes()) / 1e9,
-                  static_cast<long long>((*pages)->global_bytes()));
+    std::snprintf(text, sizeof(text), "%.4f GB (%lld B)", static_cast<double>(reserved) / 1e9,
+                  static_cast<long long>(reserved));
     rows.push_back({"global KV reserved @ " + std::to_string(o.reserve_context), text});
-    (void)(*reserve)->release(*pages);
   }
   {
     char text[96];
     std::snprintf(text, sizeof(text), "%.1f B/token (formula %.1f; %lld positions, %lld-token blocks)", kv_per_token,
-                  layout->global_bytes_per_token(), static_cast<long long>(kv_positions_longest),
-                  static_cast<long long>(layout->block_tokens));
+                  info.global_kv_bytes_per_token, static_cast<long long>(kv_positions_longest),
+                  static_cast<long long>(info.kv_block_tokens));
     rows.push_back({"global KV allocated", text});
   }
   const int64_t rss = peak_rss_bytes();

@@ -1,8 +1,10 @@
 // `dsflash logits`: prefill on prompt ids, then N greedy (or --follow teacher-forced) decode steps; writes the
 // logits rows as little-endian float32 [rows, vocab] and prints one JSON line describing them. Outside checks
-// and tests call this: keep the interface stable.
+// and tests call this: keep the interface stable. Runs one Engine request with return_logits (rows: --exact every
+// prompt position, else the last; then one per decode step), no stop ids.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -11,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
+#include "dsflash/engine.h"
 #include "token_ids.h"
-#include "engine/greedy_run.h"
-#include "model/model_runner.h"
 
 namespace dsflash::cli {
 
@@ -69,7 +71,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-m,--model", options->model_dir, "checkpoint directory")->required();
   cmd->add_option("--tokens", options->tokens, "prompt token ids, comma separated");
   cmd->add_option("--tokens-file", options->tokens_file, "file with prompt token ids (comma/space separated)");
-  cmd->add_option("-n,--steps", options->steps, "decode steps after the prompt")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--steps", options->steps, "decode steps after the prompt")->check(whole_number_at_least(0));
   cmd->add_option("--out", options->out, "output file: little-endian float32 [rows, vocab]")->required();
   cmd->add_flag("--exact", options->exact,
                 "official full forward with a row for every prompt position (default: CED prefill with Decoder "
@@ -91,25 +93,39 @@ void add_logits_command(CLI::App& app, int* exit_code) {
       if (!ids.ok()) return fail(ids.status());
       follow = std::move(*ids);
     }
-    RunnerOptions runner_options;
-    runner_options.reference = options->reference;
-    runner_options.num_threads = options->threads;
-    auto runner = ModelRunner::open(options->model_dir, runner_options);
-    if (!runner.ok()) return fail(runner.status());
-    auto run = engine::run_greedy(**runner, *prompt, options->steps, follow, options->exact);
-    if (!run.ok()) return fail(run.status());
+    if (!follow.empty() && static_cast<int64_t>(follow.size()) < options->steps) {
+      return fail(Status::Error("--follow gives " + std::to_string(follow.size()) + " ids but " +
+                                std::to_string(options->steps) + " decode steps need one each"));
+    }
+    LoadOptions load;
+    load.reference_kernels = options->reference;
+    load.num_threads = options->threads;
+    // One chunk for the whole prompt (the rows do not depend on it; one chunk is the official call shape).
+    load.prefill_tokens_per_step = std::max<int64_t>(load.prefill_tokens_per_step, static_cast<int64_t>(prompt->size()));
+    auto engine = Engine::load(options->model_dir, load);
+    if (!engine.ok()) return fail(Status::Error(engine.error().message));
+    GenerationRequest request;
+    request.prompt_ids = *prompt;
+    request.max_tokens = options->steps + 1;  // one id after the prompt, one after every decode step
+    request.stop_at_eos = false;
+    request.plan = options->exact ? Plan::kExact : Plan::kBoundedReplay;
+    request.return_logits = true;
+    request.follow_ids = follow;
+    request.detokenize = false;
+    auto run = (*engine)->generate(std::move(request));
+    if (!run.ok()) return fail(Status::Error(run.error().message));
     std::ofstream out(options->out, std::ios::binary);
     out.write(reinterpret_cast<const char*>(run->logits.data()),
               static_cast<std::streamsize>(run->logits.size() * sizeof(float)));
     if (!out) return fail(Status::Error("cannot write " + options->out));
     nlohmann::json line;
-    line["generated"] = run->generated;
+    line["generated"] = run->tokens;
     line["positions"] = run->positions;
     line["rows"] = run->positions.size();
-    line["vocab"] = (*runner)->config().vocab_size;
+    line["vocab"] = (*engine)->info().vocab_size;
     line["prompt_tokens"] = prompt->size();
     line["decode_steps"] = options->steps;
-    line["kernels"] = (*runner)->context().backend->name;
+    line["kernels"] = (*engine)->info().kernels;
     line["plan"] = options->exact ? "exact" : "bounded-replay";
     line["out"] = options->out;
     std::cout << line.dump() << std::endl;

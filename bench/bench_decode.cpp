@@ -4,8 +4,11 @@
 //   weight_MB_step     bytes of weights one decode step reads (ModelWeights::decode_weight_bytes)
 //   achieved_GBps      weight bytes / step time
 //   read_GBps / triad_GBps  a plain multithreaded read (sum) and a STREAM triad a = b + s*c over 1 GiB,
-//                      timed between the decode steps
+//                      timed before the decode request
 //   vs_read            achieved_GBps / read_GBps
+// Runs through the Engine (include/dsflash/engine.h): one request with the exact plan (the official forward), its
+// decode steps timed by the engine's step records. The bandwidth probes run before the request (the engine's loop
+// thread owns the steps, so probes can no longer sit between them).
 // Needs a checkpoint, e.g. `dsflash make-tiny --preset wide -o /tmp/wide`, then
 //   bench_decode --model=/tmp/wide [--steps=16] [--threads=0] [--context=32]
 #include <algorithm>
@@ -17,7 +20,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "model/model_runner.h"
+#include "dsflash/engine.h"
 
 namespace dsflash {
 namespace {
@@ -85,50 +88,52 @@ int run(int argc, char** argv) {
                  "  (make a model with: dsflash make-tiny --preset wide -o DIR)\n");
     return 2;
   }
-  RunnerOptions options;
+  LoadOptions options;
   options.num_threads = threads;
-  auto runner = ModelRunner::open(model, options);
-  if (!runner.ok()) {
-    std::fprintf(stderr, "bench_decode: %s\n", runner.status().message().c_str());
+  auto engine = Engine::load(model, options);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "bench_decode: %s\n", engine.error().message.c_str());
     return 1;
   }
-  const ModelRunner& r = **runner;
+  const ModelInfo& info = (*engine)->info();
   ThreadPool pool(threads);
   const size_t floats = (size_t{1} << 30) / sizeof(float);  // 1 GiB per array
   std::vector<float> a(floats, 1.0f), b(floats, 2.0f), c(floats, 0.5f);
 
-  auto seq = r.new_sequence();
-  if (!seq.ok()) return 1;
   std::vector<int32_t> prompt(static_cast<size_t>(context));
-  for (int i = 0; i < context; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 3) % static_cast<int>(r.config().vocab_size);
-  std::vector<float> logits;
-  Status s = r.forward(prompt, *seq, LogitsRows::kLast, &logits);
-  if (!s.ok()) {
-    std::fprintf(stderr, "bench_decode: %s\n", s.message().c_str());
-    return 1;
-  }
-  // Warm-up step (first touch of every mapped weight page).
-  int32_t next = argmax(logits.data(), r.config().vocab_size);
-  s = r.forward({next}, *seq, LogitsRows::kLast, &logits);
+  for (int i = 0; i < context; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 3) % static_cast<int>(info.vocab_size);
+  // The bandwidth probes, then the decode: the engine's steps are timed on its own (step records), so the probes
+  // run before the request, `steps` times, and the decode request runs `steps` + 1 decode steps after its prefill
+  // (the first is the warm-up: first touch of every mapped weight page).
   std::vector<double> step_s, read, triad;
-  for (int i = 0; i < steps && s.ok(); ++i) {
+  for (int i = 0; i < steps; ++i) {
     read.push_back(read_gbps(b, pool));
     triad.push_back(triad_gbps(a, b, c, pool));
-    next = argmax(logits.data(), r.config().vocab_size);
-    const auto start = Clock::now();
-    s = r.forward({next}, *seq, LogitsRows::kLast, &logits);
-    step_s.push_back(seconds_since(start));
   }
-  if (!s.ok()) {
-    std::fprintf(stderr, "bench_decode: %s\n", s.message().c_str());
+  (void)(*engine)->take_step_records();
+  GenerationRequest request;
+  request.prompt_ids = prompt;
+  request.max_tokens = steps + 2;
+  request.stop_at_eos = false;
+  request.detokenize = false;
+  request.plan = Plan::kExact;
+  auto done = (*engine)->generate(std::move(request));
+  if (!done.ok()) {
+    std::fprintf(stderr, "bench_decode: %s\n", done.error().message.c_str());
     return 1;
   }
+  bool warm = false;
+  for (const StepRecord& record : (*engine)->take_step_records()) {
+    if (record.prefill_tokens != 0 || record.decode_batch != 1) continue;
+    if (warm) step_s.push_back(record.seconds);
+    warm = true;
+  }
   const double step = median(step_s);
-  const double bytes = static_cast<double>(r.weights().decode_weight_bytes());
+  const double bytes = static_cast<double>(info.decode_weight_bytes);
   const double achieved = bytes / step / 1e9;
   const double read_bw = median(read);
   std::printf("model %s: %d layers, dim %lld, kernels %s, %d threads, context %d, %d steps (medians)\n",
-              model.c_str(), r.config().n_layers, static_cast<long long>(r.config().dim), r.context().backend->name,
+              model.c_str(), info.n_layers, static_cast<long long>(info.dim), info.kernels.c_str(),
               pool.num_threads(), context, steps);
   std::printf("decode_tok_s %.3f  step_ms %.1f  weight_MB_step %.1f  achieved_GBps %.2f  read_GBps %.2f  "
               "triad_GBps %.2f  vs_read %.3f\n",

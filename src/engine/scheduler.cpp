@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "engine/batch_builder.h"
-#include "model/model_runner.h"
+#include "engine/sampler.h"
 
 namespace dsflash::engine {
 
@@ -47,6 +47,15 @@ Result<RequestId> Scheduler::submit(Request request) {
                          std::to_string(config.max_position_embeddings));
   }
   if (request.prefill.replay_tokens < 0) return Status::Error("request: replay_tokens must be >= 0");
+  Status sampling = validate_sampling(request.sampling);
+  if (!sampling.ok()) return sampling.with_context("request");
+  for (size_t i = 0; i < request.follow.size(); ++i) {
+    if (request.follow[i] < 0 || request.follow[i] >= config.vocab_size) {
+      return Status::Error("request: follow id " + std::to_string(request.follow[i]) + " at index " +
+                           std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(config.vocab_size) +
+                           ")");
+    }
+  }
   const int64_t need = kv_->bytes_for_sequence(positions);
   if (need > kv_->budget_bytes()) {
     return Status::Error("request: " + std::to_string(positions) + " positions need " + std::to_string(need) +
@@ -94,14 +103,25 @@ void Scheduler::finish(RequestId id, FinishReason reason, const std::string& err
     running_.erase(it);
     break;
   }
-  if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason});
+  if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason, 0.0f, {}, {}, {}});
 }
 
-bool Scheduler::emit(Running& r, int32_t token, std::vector<Event>* events) {
+bool Scheduler::emit(Running& r, const float* row, std::vector<Event>* events) {
+  const int64_t vocab = weights_.config().vocab_size;
+  SampledToken sampled = r.sampler.sample(row, vocab);
+  const int32_t token = sampled.id;
   RequestRecord& rec = records_[r.id];
   rec.generated.push_back(token);
-  if (events != nullptr) events->push_back(Event{Event::Kind::kToken, r.id, token, FinishReason::kNone});
-  r.next_input = token;
+  if (events != nullptr) {
+    Event event{Event::Kind::kToken, r.id, token, FinishReason::kNone, sampled.logprob, std::move(sampled.top), {}, {}};
+    if (r.request.return_logits) {
+      event.logits.assign(row, row + vocab);
+      event.positions.push_back(r.seq.num_positions() - 1);
+    }
+    events->push_back(std::move(event));
+  }
+  const size_t step = rec.generated.size() - 1;  // the decode step this token feeds
+  r.next_input = step < r.request.follow.size() ? r.request.follow[step] : token;
   const auto& stops = r.request.stop_ids;
   if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
     finish(r.id, FinishReason::kStopToken, "", events);
@@ -127,7 +147,10 @@ Status Scheduler::admit() {
       (void)kv_->release(*pages);
       return seq.status().with_context("admitting request " + std::to_string(id));
     }
-    auto running = std::make_unique<Running>(Running{id, std::move(request), std::move(*seq), *pages, 0, -1});
+    Sampler sampler(request.sampling);
+    auto running = std::make_unique<Running>(
+        Running{id, std::move(request), std::move(*seq), *pages, 0, -1, std::move(sampler)});
+    running->sampler.observe_prompt(running->request.prompt);
     Status s = running->seq.attention().attach_pages(*pages);
     if (!s.ok()) {
       (void)kv_->release(*pages);
@@ -149,7 +172,7 @@ Status Scheduler::admit() {
 Status Scheduler::step(std::vector<Event>* events) {
   last_step_ = StepStats();
   for (const auto& [id, reason] : pending_finish_) {
-    if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason});
+    if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason, 0.0f, {}, {}, {}});
   }
   pending_finish_.clear();
   Status s = admit();
@@ -165,8 +188,10 @@ Status Scheduler::step(std::vector<Event>* events) {
     if (rec.status != RequestStatus::kPrefilling || budget == 0) continue;
     const int64_t prompt_length = static_cast<int64_t>(r->request.prompt.size());
     const int64_t chunk = std::min(budget, prompt_length - rec.prompt_done);
+    // Every prompt row only when the caller asked for logits rows of the exact plan (`dsflash logits --exact`).
+    const bool all_rows = r->request.return_logits && r->request.prefill.mode == PrefillMode::kExact;
     s = add_prefill_chunk(batch, weights_.config(), r->seq, r->request.prompt.data() + rec.prompt_done, chunk,
-                          prompt_length, r->request.prefill, LogitsRows::kLast);
+                          prompt_length, r->request.prefill, all_rows ? LogitsRows::kAll : LogitsRows::kLast);
     if (!s.ok()) return s.with_context("request " + std::to_string(r->id));
     rows_of.push_back(r.get());
     budget -= chunk;
@@ -194,23 +219,36 @@ Status Scheduler::step(std::vector<Event>* events) {
     for (auto& candidate : running_) {
       if (candidate->id == ids[i]) r = candidate.get();
     }
+    // This segment's logits rows: out.rows [first_row, end_row).
+    const size_t first_row = next_row;
+    while (next_row < out.rows.size() && out.rows[next_row].segment == static_cast<int64_t>(i)) ++next_row;
+    const size_t end_row = next_row;
     const ForwardSegment& seg = batch.segments()[i];
-    const bool has_row = next_row < out.rows.size() && out.rows[next_row].segment == static_cast<int64_t>(i);
-    const float* logits = has_row ? out.logits.data() + static_cast<int64_t>(next_row++) * vocab : nullptr;
     RequestRecord& rec = records_[ids[i]];
+    bool prompt_done = true;
     if (rec.status == RequestStatus::kPrefilling) {
       rec.prompt_done += seg.num_tokens;
       last_step_.prefill_tokens += seg.num_tokens;
-      if (rec.prompt_done < static_cast<int64_t>(r->request.prompt.size())) continue;
+      prompt_done = rec.prompt_done == static_cast<int64_t>(r->request.prompt.size());
+      // Every row but the prompt's last (that one goes with the first token) as a prompt-logits event.
+      const size_t prompt_rows = end_row - first_row - (prompt_done && end_row > first_row ? 1 : 0);
+      if (r->request.return_logits && prompt_rows > 0 && events != nullptr) {
+        Event event{Event::Kind::kPromptLogits, r->id, -1, FinishReason::kNone, 0.0f, {}, {}, {}};
+        event.logits.assign(out.logits.begin() + static_cast<int64_t>(first_row) * vocab,
+                            out.logits.begin() + static_cast<int64_t>(first_row + prompt_rows) * vocab);
+        for (size_t row = first_row; row < first_row + prompt_rows; ++row) event.positions.push_back(out.rows[row].position);
+        events->push_back(std::move(event));
+      }
+      if (!prompt_done) continue;
       rec.status = RequestStatus::kDecoding;
     } else {
       ++last_step_.decode_batch;
     }
-    if (logits == nullptr) {
+    if (end_row == first_row) {
       finish(ids[i], FinishReason::kError, "the forward gave no logits row", events);
       continue;
     }
-    emit(*r, argmax(logits, vocab), events);
+    emit(*r, out.logits.data() + static_cast<int64_t>(end_row - 1) * vocab, events);
   }
   return Status::Ok();
 }

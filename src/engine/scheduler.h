@@ -2,7 +2,8 @@
 // queue, a scheduler that admits requests while the KV cache budget allows, and steps that mix prefill chunks
 // (the CED bounded-replay plan by default) with one decode row of every running sequence in ONE forward per
 // step (engine/batch_builder.h: a mixed batch). Per-request stop conditions: max new tokens, stop ids (EOS);
-// cancellation at any time. Greedy sampling (argmax, lowest id on ties).
+// cancellation at any time. Sampling per request (engine/sampler.h; greedy = argmax, lowest id on ties, by
+// default); optional logits rows and teacher forcing (the `dsflash logits` contract).
 //
 // Memory: every admitted request holds a KV sequence sized for prompt + max_new_tokens positions (global-KV
 // pages from the kv::KvCacheManager, which the model's compressed KV writes into, plus the charge for its window
@@ -19,6 +20,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "dsflash/sampling.h"
+#include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "model/compute_context.h"
 #include "engine/batch_builder.h"
@@ -34,6 +37,9 @@ struct Request {
   int64_t max_new_tokens = 16;     // >= 1
   std::vector<int32_t> stop_ids;   // generation ends after emitting one of these (EOS); it is part of the output
   PrefillOptions prefill;          // plan: bounded replay (default) or exact
+  SamplingParams sampling;         // greedy by default
+  bool return_logits = false;      // token events carry their row; kExact: kPromptLogits events with the prompt rows
+  std::vector<int32_t> follow;     // teacher forcing: decode step k is fed follow[k] (k < size) instead of token k
 };
 
 enum class RequestStatus { kQueued, kPrefilling, kDecoding, kFinished };
@@ -53,11 +59,17 @@ struct RequestRecord {
 };
 
 struct Event {
-  enum class Kind { kToken, kFinished };
+  enum class Kind { kToken, kFinished, kPromptLogits };
   Kind kind = Kind::kToken;
   RequestId id = -1;
   int32_t token = -1;                        // kToken
   FinishReason reason = FinishReason::kNone; // kFinished
+  float logprob = 0.0f;                      // kToken, sampling.top_logprobs > 0: log-softmax of the raw row
+  std::vector<TokenLogprob> top_logprobs;    // kToken
+  // return_logits: kToken = the row the token was drawn from [1, vocab]; kPromptLogits = prompt rows before the
+  // last one [rows, vocab] (kExact). positions: the absolute position of each row.
+  std::vector<float> logits;
+  std::vector<int64_t> positions;
 };
 
 struct SchedulerOptions {
@@ -97,6 +109,8 @@ class Scheduler {
   const kv::KvLayout& kv_layout() const { return kv_->layout(); }
   const StepStats& last_step() const { return last_step_; }
   const SchedulerOptions& options() const { return options_; }
+  // KV bytes a request reaching `positions` positions reserves (what submit() checks against the budget).
+  int64_t kv_bytes_for_sequence(int64_t positions) const { return kv_->bytes_for_sequence(positions); }
 
  private:
   struct Running {
@@ -106,6 +120,7 @@ class Scheduler {
     kv::SequencePages* pages = nullptr;
     int64_t window_floor = 0;  // the plan's decoder window floor (replay start)
     int32_t next_input = -1;   // decoding: the token fed at the next step
+    Sampler sampler;           // request.sampling, with the ids seen so far
   };
 
   Scheduler(const ModelWeights& weights, const ComputeContext& ctx, const SchedulerOptions& options,
@@ -113,8 +128,9 @@ class Scheduler {
       : weights_(weights), ctx_(ctx), options_(options), kv_(std::move(kv)) {}
 
   Status admit();
-  // Records a new token; finishes the request when a stop condition holds. Returns true if it finished.
-  bool emit(Running& r, int32_t token, std::vector<Event>* events);
+  // Samples the next token from `row` [vocab] (the logits of the sequence's last position), records it; finishes
+  // the request when a stop condition holds. Returns true if it finished.
+  bool emit(Running& r, const float* row, std::vector<Event>* events);
   void finish(RequestId id, FinishReason reason, const std::string& error, std::vector<Event>* events);
 
   const ModelWeights& weights_;

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "engine/batch_builder.h"
-#include "model/model_runner.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
 #include "model/golden_tensors.h"
 
 namespace dsflash::testing {

@@ -12,7 +12,8 @@
 
 #include "io/safetensors.h"
 #include "model/golden_tensors.h"
-#include "model/model_runner.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
 
 namespace dsflash::testing {
 

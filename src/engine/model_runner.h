@@ -1,8 +1,9 @@
 // Loads a checkpoint directory into everything a forward pass needs (mapped checkpoint, bound weights, kernel
-// tables, worker threads) and runs prompts: used by `dsflash logits`, `dsflash generate` and the end-to-end
-// tests. Owns the storage; the forward (model/forward.h) computes and SequenceState holds the per-sequence state.
+// tables, worker threads): the Engine (engine/engine.h) owns one; the end-to-end tests use it directly.
+// Owns the storage; the forward (model/forward.h) computes and SequenceState holds the per-sequence state.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,7 +25,10 @@ struct RunnerOptions {
 
 class ModelRunner {
  public:
-  static Result<std::unique_ptr<ModelRunner>> open(const std::string& checkpoint_dir, const RunnerOptions& options);
+  // progress(stage, fraction of the load done): "checkpoint" (mapped), "weights" (bound), "kernels" (ready).
+  using Progress = std::function<void(const char* stage, double fraction)>;
+  static Result<std::unique_ptr<ModelRunner>> open(const std::string& checkpoint_dir, const RunnerOptions& options,
+                                                   const Progress& progress = {});
 
   const ModelConfig& config() const { return checkpoint_.config(); }
   const ModelWeights& weights() const { return *weights_; }
@@ -44,8 +48,5 @@ class ModelRunner {
   std::unique_ptr<ThreadPool> pool_;
   ComputeContext ctx_;
 };
-
-// Index of the largest value; ties to the lowest index (torch argmax), NaN never chosen over a number.
-int32_t argmax(const float* values, int64_t n);
 
 }  // namespace dsflash

@@ -1,33 +1,28 @@
-#include "model/model_runner.h"
-
-#include <cmath>
-
+#include "engine/model_runner.h"
 
 namespace dsflash {
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkpoint_dir,
-                                                       const RunnerOptions& options) {
+                                                       const RunnerOptions& options, const Progress& progress) {
+  auto report = [&](const char* stage, double fraction) {
+    if (progress) progress(stage, fraction);
+  };
   auto checkpoint = Checkpoint::open(checkpoint_dir);
   if (!checkpoint.ok()) return checkpoint.status();
+  report("checkpoint", 0.3);
   std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(*checkpoint)));
   auto weights = ModelWeights::bind(runner->checkpoint_);
   if (!weights.ok()) return weights.status().with_context("binding " + checkpoint_dir);
   runner->weights_ = std::move(*weights);
+  report("weights", 0.8);
   if (options.reference) {
     runner->ctx_ = ComputeContext::for_backend(reference_backend());
   } else {
     runner->pool_ = std::make_unique<ThreadPool>(options.num_threads);
     runner->ctx_ = ComputeContext::for_backend(best_backend(), runner->pool_.get());
   }
+  report("kernels", 0.9);
   return runner;
-}
-
-int32_t argmax(const float* values, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (std::isnan(values[best]) || values[i] > values[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
 }
 
 Status ModelRunner::forward(const std::vector<int32_t>& tokens, SequenceState& seq, LogitsRows rows,

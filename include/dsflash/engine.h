@@ -1,0 +1,215 @@
+// The public API of dsflash (a narrow boundary: no model, kernel, KV or format types). One Engine owns a loaded
+// model directory (checkpoint, kernels, worker threads, tokenizer) and runs its own loop thread: requests
+// submitted from any thread join the running batch at the next step (continuous batching); each request's
+// events stream through its RequestHandle in order:
+//   [kPromptLogits]  (return_logits with the exact plan: the prompt rows before the last)
+//   per generated token: kToken, then kText (if the detokenised text grew), then kReasoning / kContent /
+//                    kToolCall (if parse_output)
+//   kFinished        always last, exactly once: finish reason, usage, error
+// Stop ids (the end-of-sentence id when stop_at_eos) end generation and are never output (no kToken / kText);
+// stop strings end it at the text level (the matched text and everything after are not output). Thread-safe:
+// every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dsflash/errors.h"
+#include "dsflash/sampling.h"
+
+namespace dsflash {
+
+using RequestId = int64_t;
+
+enum class Plan {
+  kBoundedReplay,  // default: CED prefill with Decoder SWA Bounded Replay, decode with the window floored there
+  kExact,          // the official full forward (all layers on all prompt tokens)
+};
+const char* plan_name(Plan plan);  // "bounded-replay", "exact"
+
+struct LoadOptions {
+  bool reference_kernels = false;          // scalar reference kernels, single-threaded (the oracle)
+  int num_threads = 0;                     // fast kernels: worker threads, 0 = one per hardware thread
+  int64_t kv_budget_bytes = int64_t{1} << 30;  // KV cache of all running requests (global pages + fixed state)
+  int64_t kv_block_tokens = 64;            // positions per global-KV block
+  int max_running = 16;                    // requests prefilling or decoding at once (decode batch bound)
+  int64_t prefill_tokens_per_step = 512;   // prompt tokens computed per step, over all prefilling requests
+  int max_requests = 1024;                 // requests in flight (queued + running); beyond: kOverloaded
+  bool profile_steps = false;              // StepRecord::phase_ns filled (costs a clock read per phase change)
+  bool require_tokenizer = false;          // fail the load when tokenizer.json is missing (else ids-only)
+};
+
+struct LoadProgress {
+  std::string stage;      // "checkpoint", "weights", "kernels", "tokenizer", "ready"
+  double fraction = 0.0;  // of the whole load, [0, 1]
+};
+using ProgressCallback = std::function<void(const LoadProgress&)>;
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;  // the prompt; when empty, prompt_text is encoded with the tokenizer
+  std::string prompt_text;          // rendered prompt text (special tokens included as text)
+  int64_t max_tokens = 16;          // >= 1: tokens to generate (a matched stop id counts)
+  SamplingParams sampling;
+  std::vector<std::string> stop_strings;  // non-empty strings; generation ends before the first match
+  std::vector<int32_t> stop_ids;          // generation ends at one of these (not output)
+  bool stop_at_eos = true;                // the model's end-of-sentence id is a stop id
+  Plan plan = Plan::kBoundedReplay;
+  bool return_logits = false;   // kToken carries the row its id was drawn from; kExact: kPromptLogits before
+  std::vector<int32_t> follow_ids;  // teacher forcing: decode step k is fed follow_ids[k] instead of token k
+  bool detokenize = true;       // kText events (needs the tokenizer; ignored without one)
+  bool parse_output = false;    // kReasoning / kContent / kToolCall from the V4.1 output parser
+  bool thinking = false;        // parse_output: the prompt ended with <think> (generation starts in reasoning)
+};
+
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.0f;
+};
+
+struct ToolCallEvent {
+  int index = 0;
+  std::string name;
+  std::string arguments;  // a JSON object, as text
+};
+
+enum class FinishReason { kLength, kStop, kCancelled, kError };
+const char* finish_reason_name(FinishReason reason);  // "length", "stop", "cancelled", "error"
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;     // prompt tokens restored from a prefix cache (0: no prefix cache yet)
+  int64_t generated_tokens = 0;  // ids the model produced, a matched stop id included
+};
+
+enum class EventKind { kPromptLogits, kToken, kText, kReasoning, kContent, kToolCall, kFinished };
+
+struct Event {
+  EventKind kind = EventKind::kToken;
+  RequestId request = -1;
+  // kToken
+  int32_t token = -1;
+  float logprob = 0.0f;                     // of `token` (log-softmax of the unmodified row); 0 unless top_logprobs
+  std::vector<TokenLogprob> top_logprobs;   // most likely first, ties by lower id
+  // kToken (one row) and kPromptLogits (rows), with return_logits: float32 [rows, vocab] and their positions
+  std::vector<float> logits;
+  std::vector<int64_t> positions;
+  // kText, kReasoning, kContent: the text delta (valid UTF-8)
+  std::string text;
+  ToolCallEvent tool_call;  // kToolCall
+  // kFinished
+  FinishReason finish_reason = FinishReason::kLength;
+  Usage usage;
+  std::optional<EngineError> error;  // kError
+  int32_t stop_id = -1;              // kStop by a stop id: which
+  std::string stop_string;           // kStop by a stop string: which
+  int64_t global_kv_bytes = 0;       // global-KV pages the request held (whole blocks)
+};
+
+namespace detail {
+class EventChannel;
+}
+
+// The event stream of one request. Copies share the stream; each event is delivered once.
+class RequestHandle {
+ public:
+  RequestId id() const { return id_; }
+  // Blocks until the next event; nullopt once kFinished has been delivered.
+  std::optional<Event> next();
+  // The next event if one is ready (nullopt: none yet, or the stream is over; see done()).
+  std::optional<Event> try_next();
+  bool done() const;  // kFinished has been delivered
+
+  RequestHandle(RequestId id, std::shared_ptr<detail::EventChannel> channel)
+      : id_(id), channel_(std::move(channel)) {}
+
+ private:
+  RequestId id_ = -1;
+  std::shared_ptr<detail::EventChannel> channel_;
+};
+
+// Everything one request produced (Engine::generate).
+struct Completion {
+  std::vector<int32_t> tokens;     // output ids (stop ids excluded)
+  std::vector<float> logprobs;     // per token
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  std::string text, reasoning, content;
+  std::vector<ToolCallEvent> tool_calls;
+  std::vector<float> logits;       // return_logits: [rows, vocab], prompt rows then one per token
+  std::vector<int64_t> positions;  // of those rows
+  FinishReason finish_reason = FinishReason::kLength;
+  Usage usage;
+  int64_t global_kv_bytes = 0;
+};
+
+struct ModelInfo {
+  std::string model_dir;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  int32_t eos_token_id = -1;
+  int n_layers = 0;
+  int64_t dim = 0;
+  int64_t window_size = 0;
+  int64_t parameters = 0;            // from the config (all experts)
+  int64_t checkpoint_bytes = 0;      // *.safetensors files
+  int64_t decode_weight_bytes = 0;   // weight bytes one decode step reads
+  std::string kernels;               // linear kernel table in use ("reference", "avx2", ...)
+  int num_threads = 1;
+  bool has_tokenizer = false;
+  // KV cache
+  int64_t kv_budget_bytes = 0;
+  int64_t kv_block_tokens = 0;
+  double global_kv_bytes_per_token = 0.0;   // the layout's formula
+  int64_t fixed_kv_bytes_per_sequence = 0;  // window rings + compressor tails + Engram history
+  int64_t max_request_positions = 0;        // prompt + max_tokens a single request may reach
+};
+
+// One step of the loop thread (for benchmarks): what it computed and how long it took.
+struct StepRecord {
+  int64_t prefill_tokens = 0;  // prompt tokens computed
+  int64_t decode_batch = 0;    // sequences in the batched decode step
+  int64_t admitted = 0;        // requests admitted
+  double seconds = 0.0;        // wall time of the step
+  // profile_steps: wall ns by phase: [other, linear, indexer, attention] (see LoadOptions::profile_steps)
+  int64_t phase_ns[4] = {};
+};
+inline constexpr const char* kStepPhaseNames[4] = {"other", "linear", "indexer", "attention"};
+
+class Engine {
+ public:
+  // Loads `model_dir` (config.json, *.safetensors, tokenizer.json). Errors: kLoad naming what is missing.
+  static Expected<std::unique_ptr<Engine>> load(const std::string& model_dir, const LoadOptions& options = {},
+                                                const ProgressCallback& progress = {});
+  // Cancels what is in flight (each stream gets kFinished kCancelled) and joins the loop thread.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request. Errors: kInvalidRequest, kContextTooLong, kOverloaded.
+  Expected<RequestHandle> submit(GenerationRequest request);
+  // Cancels a request (kFinished kCancelled at the next step boundary); no-op if unknown or finished.
+  void cancel(RequestId id);
+  // submit + drain: everything the request produced; a request that ends in kError gives its error.
+  Expected<Completion> generate(GenerationRequest request);
+
+  const ModelInfo& info() const;
+  // Tokenizer (kInvalidRequest without one).
+  Expected<std::vector<int32_t>> tokenize(std::string_view text) const;
+  std::string detokenize(const std::vector<int32_t>& ids) const;
+  // Global-KV bytes reserving `positions` positions takes (whole blocks).
+  int64_t global_kv_bytes_for_positions(int64_t positions) const;
+  // The steps run since the last call (at most the last 4096), oldest first.
+  std::vector<StepRecord> take_step_records();
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsflash
