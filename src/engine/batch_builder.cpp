@@ -51,7 +51,7 @@ void add_exact(ForwardBatch& batch, SequenceState& seq, const int32_t* tokens, i
 
 Status reserve_kv(const ForwardBatch& batch) {
   for (const ForwardSegment& seg : batch.segments()) {
-    Status s = seg.seq->attention().reserve_positions(seg.seq->num_positions() + seg.num_tokens);
+    Status s = seg.seq->pages().reserve_positions(seg.seq->num_positions() + seg.num_tokens);
     if (!s.ok()) return s;
   }
   return Status::Ok();

@@ -21,8 +21,25 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
     runner->pool_ = std::make_unique<ThreadPool>(options.num_threads);
     runner->ctx_ = ComputeContext::for_backend(best_backend(), runner->pool_.get());
   }
+  auto layout = kv::KvLayout::from_config(runner->config());
+  if (!layout.ok()) return layout.status().with_context(checkpoint_dir);
+  auto manager = kv::KvCacheManager::create(*layout, options.kv_budget_bytes);
+  if (!manager.ok()) return manager.status().with_context(checkpoint_dir);
+  runner->kv_ = std::move(*manager);
   report("kernels", 0.9);
   return runner;
+}
+
+Result<kv::SequenceLease> ModelRunner::new_sequence() const {
+  auto seq = kv_->open_sequence();
+  if (!seq.ok()) return seq.status();
+  return kv::SequenceLease(kv_.get(), *seq);
+}
+
+Result<kv::SequenceLease> ModelRunner::fork(const SequenceState& seq) const {
+  auto copy = kv_->fork(seq);
+  if (!copy.ok()) return copy.status();
+  return kv::SequenceLease(kv_.get(), *copy);
 }
 
 Status ModelRunner::forward(const std::vector<int32_t>& tokens, SequenceState& seq, LogitsRows rows,
@@ -31,7 +48,7 @@ Status ModelRunner::forward(const std::vector<int32_t>& tokens, SequenceState& s
   RowOptions row;
   row.logits = rows;
   batch.add(seq, tokens.data(), static_cast<int64_t>(tokens.size()), row);
-  Status s = seq.attention().reserve_positions(seq.num_positions() + static_cast<int64_t>(tokens.size()));
+  Status s = seq.pages().reserve_positions(seq.num_positions() + static_cast<int64_t>(tokens.size()));
   if (!s.ok()) return s;
   ForwardOutput out;
   s = dsflash::forward(*weights_, batch, ctx_, &out, trace);

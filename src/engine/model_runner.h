@@ -11,9 +11,10 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
+#include "kv/kv_cache.h"
 #include "model/compute_context.h"
 #include "model/model_weights.h"
-#include "model/sequence.h"
+#include "model/csa2.h"
 #include "model/forward.h"
 
 namespace dsflash {
@@ -21,6 +22,7 @@ namespace dsflash {
 struct RunnerOptions {
   bool reference = false;  // scalar reference kernels, single-threaded (the oracle)
   int num_threads = 0;     // fast path: 0 = one per hardware thread
+  int64_t kv_budget_bytes = int64_t{8} << 30;  // the runner's own sequences (new_sequence)
 };
 
 class ModelRunner {
@@ -33,7 +35,11 @@ class ModelRunner {
   const ModelConfig& config() const { return checkpoint_.config(); }
   const ModelWeights& weights() const { return *weights_; }
   const ComputeContext& context() const { return ctx_; }
-  Result<SequenceState> new_sequence() const { return SequenceState::create(config()); }
+  // A new sequence from the runner's own KV cache manager (tests, benchmarks, one-off runs; the Engine's
+  // scheduler has its own), released when the lease goes. fork: an independent copy of a sequence's state.
+  Result<kv::SequenceLease> new_sequence() const;
+  Result<kv::SequenceLease> fork(const SequenceState& seq) const;
+  kv::KvCacheManager& kv() const { return *kv_; }
 
   // The official forward (every layer on every row) over `tokens` continuing `seq`: one segment of the one
   // forward. logits: [rows, vocab] where rows is 0, 1 or tokens.size() by `rows`.
@@ -47,6 +53,7 @@ class ModelRunner {
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<ThreadPool> pool_;
   ComputeContext ctx_;
+  std::unique_ptr<kv::KvCacheManager> kv_;  // budget RunnerOptions::kv_budget_bytes; memory is taken on first use
 };
 
 }  // namespace dsflash

@@ -66,8 +66,11 @@ Result<RequestId> Scheduler::submit(Request request) {
   record.id = id;
   record.prompt_tokens = static_cast<int64_t>(request.prompt.size());
   records_[id] = record;
-  queued_requests_.emplace(id, std::move(request));
-  queue_.push_back(id);
+  auto waiting = std::make_unique<Running>(Running{id, std::move(request), Sampler(SamplingParams()), {}, nullptr, 0, -1});
+  waiting->sampler = Sampler(waiting->request.sampling);
+  waiting->sampler.observe_prompt(waiting->request.prompt);
+  waiting->prefill_tokens = waiting->request.prompt;
+  waiting_.push_back(std::move(waiting));
   return id;
 }
 
@@ -75,11 +78,6 @@ Status Scheduler::cancel(RequestId id) {
   auto rec = records_.find(id);
   if (rec == records_.end()) return Status::Error("cancel: no request " + std::to_string(id));
   if (rec->second.status == RequestStatus::kFinished) return Status::Ok();
-  auto q = std::find(queue_.begin(), queue_.end(), id);
-  if (q != queue_.end()) {
-    queue_.erase(q);
-    queued_requests_.erase(id);
-  }
   finish(id, FinishReason::kCancelled, "", nullptr);
   pending_finish_.emplace_back(id, FinishReason::kCancelled);
   return Status::Ok();
@@ -97,10 +95,15 @@ void Scheduler::finish(RequestId id, FinishReason reason, const std::string& err
   rec.error = error;
   for (auto it = running_.begin(); it != running_.end(); ++it) {
     if ((*it)->id != id) continue;
-    rec.global_kv_bytes = (*it)->pages->global_bytes();
-    Status s = kv_->release((*it)->pages);
+    rec.global_kv_bytes = (*it)->seq->pages().global_bytes();
+    Status s = kv_->release(*(*it)->seq);
     if (!s.ok() && rec.error.empty()) rec.error = s.message();
     running_.erase(it);
+    break;
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    waiting_.erase(it);
     break;
   }
   if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason, 0.0f, {}, {}, {}});
@@ -116,7 +119,7 @@ bool Scheduler::emit(Running& r, const float* row, std::vector<Event>* events) {
     Event event{Event::Kind::kToken, r.id, token, FinishReason::kNone, sampled.logprob, std::move(sampled.top), {}, {}};
     if (r.request.return_logits) {
       event.logits.assign(row, row + vocab);
-      event.positions.push_back(r.seq.num_positions() - 1);
+      event.positions.push_back(r.seq->num_positions() - 1);
     }
     events->push_back(std::move(event));
   }
@@ -135,38 +138,67 @@ bool Scheduler::emit(Running& r, const float* row, std::vector<Event>* events) {
 }
 
 Status Scheduler::admit() {
-  while (!queue_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
-    const RequestId id = queue_.front();
-    Request& request = queued_requests_.at(id);
-    const int64_t positions = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
-    if (!kv_->can_open(positions)) break;  // FIFO: wait for running requests to finish
-    auto pages = kv_->open(positions);
-    if (!pages.ok()) return pages.status().with_context("admitting request " + std::to_string(id));
-    auto seq = SequenceState::create(weights_.config());
-    if (!seq.ok()) {
-      (void)kv_->release(*pages);
-      return seq.status().with_context("admitting request " + std::to_string(id));
-    }
-    Sampler sampler(request.sampling);
-    auto running = std::make_unique<Running>(
-        Running{id, std::move(request), std::move(*seq), *pages, 0, -1, std::move(sampler)});
-    running->sampler.observe_prompt(running->request.prompt);
-    Status s = running->seq.attention().attach_pages(*pages);
-    if (!s.ok()) {
-      (void)kv_->release(*pages);
-      return s.with_context("admitting request " + std::to_string(id));
-    }
-    running->window_floor = replay_start(weights_.config(), running->request.prefill,
-                                         static_cast<int64_t>(running->request.prompt.size()));
-    queue_.pop_front();
-    queued_requests_.erase(id);
-    RequestRecord& rec = records_[id];
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running) {
+    Running& next = *waiting_.front();
+    // FIFO: the head waits until its fixed state and whole prompt fit (generated tokens grow as they go).
+    const int64_t prefill_positions = static_cast<int64_t>(next.prefill_tokens.size());
+    if (!kv_->can_open(prefill_positions)) break;
+    auto seq = kv_->open_sequence();
+    if (!seq.ok()) return seq.status().with_context("admitting request " + std::to_string(next.id));
+    next.seq = *seq;
+    next.window_floor = replay_start(weights_.config(), next.request.prefill, prefill_positions);
+    RequestRecord& rec = records_[next.id];
     rec.status = RequestStatus::kPrefilling;
-    rec.global_kv_bytes = (*pages)->global_bytes();
-    running_.push_back(std::move(running));
+    rec.prompt_done = 0;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
     ++last_step_.admitted;
   }
   return Status::Ok();
+}
+
+void Scheduler::preempt(Running& r) {
+  RequestRecord& rec = records_[r.id];
+  (void)kv_->release(*r.seq);
+  r.seq = nullptr;
+  // Recompute later: the prompt and every generated id (the last one not yet fed) are prefilled again, so the
+  // prefill's last row gives the next token as the decode step would have.
+  r.prefill_tokens = r.request.prompt;
+  r.prefill_tokens.insert(r.prefill_tokens.end(), rec.generated.begin(), rec.generated.end());
+  rec.status = RequestStatus::kQueued;
+  rec.prompt_done = 0;
+  ++rec.preemptions;
+  ++last_step_.preempted;
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if (it->get() != &r) continue;
+    waiting_.push_front(std::move(*it));
+    running_.erase(it);
+    break;
+  }
+}
+
+bool Scheduler::reserve_or_preempt(Running& r, int64_t rows, std::vector<Event>* events) {
+  const int64_t positions = r.seq->num_positions() + rows;
+  for (;;) {
+    if (kv_->can_reserve(r.seq->pages(), positions)) {
+      Status s = kv_->reserve(r.seq->pages(), positions);
+      if (s.ok()) return true;
+    }
+    // The newest running request makes room; when that is r itself, r waits (it is recomputed later).
+    if (running_.size() == 1) {
+      finish(r.id, FinishReason::kError,
+             "KV cache full: " + std::to_string(positions) + " positions need " +
+                 std::to_string(kv_->bytes_to_reserve(r.seq->pages(), positions)) + " B more, " +
+                 std::to_string(kv_->free_bytes()) + " B free of a " + std::to_string(kv_->budget_bytes()) +
+                 " B budget, and no other request to preempt",
+             events);
+      return false;
+    }
+    Running& victim = *running_.back();
+    const bool self = &victim == &r;
+    preempt(victim);
+    if (self) return false;
+  }
 }
 
 Status Scheduler::step(std::vector<Event>* events) {
@@ -179,31 +211,50 @@ Status Scheduler::step(std::vector<Event>* events) {
   if (!s.ok()) return s;
 
   // One forward per step (a mixed batch): prefill chunks of the prefilling requests in admission order within the
-  // per-step token budget, then one decode row for every request that is decoding.
+  // per-step token budget, then one decode row for every request that is decoding. Each reserves its rows' KV
+  // first (oldest first; preemption takes the newest, so a request already planned is never preempted).
+  struct Planned {
+    Running* r;
+    int64_t rows;
+  };
+  std::vector<Planned> prefills, decodes;
+  int64_t budget = options_.prefill_tokens_per_step;
+  std::vector<RequestId> order;
+  for (const auto& r : running_) order.push_back(r->id);
+  for (RequestId id : order) {
+    Running* r = nullptr;
+    for (const auto& candidate : running_) {
+      if (candidate->id == id) r = candidate.get();
+    }
+    if (r == nullptr) continue;  // preempted or failed meanwhile
+    const RequestRecord& rec = records_[id];
+    const bool prefilling = rec.status == RequestStatus::kPrefilling;
+    if (prefilling && budget == 0) continue;
+    const int64_t rows =
+        prefilling ? std::min(budget, static_cast<int64_t>(r->prefill_tokens.size()) - rec.prompt_done) : 1;
+    if (!reserve_or_preempt(*r, rows, events)) continue;
+    (prefilling ? prefills : decodes).push_back(Planned{r, rows});
+    if (prefilling) budget -= rows;
+  }
   ForwardBatch batch;
   std::vector<Running*> rows_of;  // per segment, its request
-  int64_t budget = options_.prefill_tokens_per_step;
-  for (const auto& r : running_) {
-    const RequestRecord& rec = records_[r->id];
-    if (rec.status != RequestStatus::kPrefilling || budget == 0) continue;
-    const int64_t prompt_length = static_cast<int64_t>(r->request.prompt.size());
-    const int64_t chunk = std::min(budget, prompt_length - rec.prompt_done);
+  for (const Planned& p : prefills) {
+    Running& r = *p.r;
+    const int64_t prompt_length = static_cast<int64_t>(r.prefill_tokens.size());
     // Every prompt row only when the caller asked for logits rows of the exact plan (`dsflash logits --exact`).
-    const bool all_rows = r->request.return_logits && r->request.prefill.mode == PrefillMode::kExact;
-    s = add_prefill_chunk(batch, weights_.config(), r->seq, r->request.prompt.data() + rec.prompt_done, chunk,
-                          prompt_length, r->request.prefill, all_rows ? LogitsRows::kAll : LogitsRows::kLast);
-    if (!s.ok()) return s.with_context("request " + std::to_string(r->id));
-    rows_of.push_back(r.get());
-    budget -= chunk;
+    const bool all_rows = r.request.return_logits && r.request.prefill.mode == PrefillMode::kExact;
+    s = add_prefill_chunk(batch, weights_.config(), *r.seq, r.prefill_tokens.data() + records_[r.id].prompt_done,
+                          p.rows, prompt_length, r.request.prefill, all_rows ? LogitsRows::kAll : LogitsRows::kLast);
+    if (!s.ok()) return s.with_context("request " + std::to_string(r.id));
+    rows_of.push_back(&r);
   }
-  for (const auto& r : running_) {
-    if (records_[r->id].status != RequestStatus::kDecoding) continue;
-    add_decode_row(batch, r->seq, r->next_input, r->window_floor);
-    rows_of.push_back(r.get());
+  for (const Planned& p : decodes) {
+    add_decode_row(batch, *p.r->seq, p.r->next_input, p.r->window_floor);
+    rows_of.push_back(p.r);
   }
   if (batch.empty()) return Status::Ok();
   ForwardOutput out;
-  s = run_batch(weights_, batch, ctx_, &out);
+  s = forward(weights_, batch, ctx_, &out);  // every segment's KV was reserved above
   if (!s.ok()) {
     for (Running* r : rows_of) finish(r->id, FinishReason::kError, s.message(), events);
     return s.with_context("step");
@@ -229,7 +280,7 @@ Status Scheduler::step(std::vector<Event>* events) {
     if (rec.status == RequestStatus::kPrefilling) {
       rec.prompt_done += seg.num_tokens;
       last_step_.prefill_tokens += seg.num_tokens;
-      prompt_done = rec.prompt_done == static_cast<int64_t>(r->request.prompt.size());
+      prompt_done = rec.prompt_done == static_cast<int64_t>(r->prefill_tokens.size());
       // Every row but the prompt's last (that one goes with the first token) as a prompt-logits event.
       const size_t prompt_rows = end_row - first_row - (prompt_done && end_row > first_row ? 1 : 0);
       if (r->request.return_logits && prompt_rows > 0 && events != nullptr) {
@@ -257,14 +308,13 @@ Status Scheduler::run_to_completion(std::vector<Event>* events) {
   while (has_work()) {
     Status s = step(events);
     if (!s.ok()) return s;
-    if (running_.empty() && !queue_.empty()) {
-      const Request& head = queued_requests_.at(queue_.front());
-      const int64_t positions = static_cast<int64_t>(head.prompt.size()) + head.max_new_tokens;
+    if (running_.empty() && !waiting_.empty()) {
+      const int64_t positions = static_cast<int64_t>(waiting_.front()->prefill_tokens.size());
       if (!kv_->can_open(positions)) {
         // Nothing runs, so nothing will free memory: the head of the queue can never be admitted.
-        return Status::Error("engine: request " + std::to_string(queue_.front()) + " cannot be admitted: it needs " +
-                             std::to_string(kv_->bytes_for_sequence(positions)) + " B of KV cache, " +
-                             std::to_string(kv_->free_bytes()) + " B free");
+        return Status::Error("engine: request " + std::to_string(waiting_.front()->id) +
+                             " cannot be admitted: it needs " + std::to_string(kv_->bytes_for_sequence(positions)) +
+                             " B of KV cache, " + std::to_string(kv_->free_bytes()) + " B free");
       }
     }
   }

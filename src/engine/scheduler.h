@@ -5,11 +5,14 @@
 // cancellation at any time. Sampling per request (engine/sampler.h; greedy = argmax, lowest id on ties, by
 // default); optional logits rows and teacher forcing (the `dsflash logits` contract).
 //
-// Memory: every admitted request holds a KV sequence sized for prompt + max_new_tokens positions (global-KV
-// pages from the kv::KvCacheManager, which the model's compressed KV writes into, plus the charge for its window
-// rings, compressor tails and Engram history), so a running request never runs out of cache. A request that
-// could never fit is rejected at submit(); one that does not fit now waits in the queue (FIFO) until others
-// finish. Not thread-safe: one thread drives submit/cancel/step.
+// Memory: sequences grow as they go. A request is admitted when its fixed state (window rings, tails, Engram
+// history) and the blocks of its whole prompt fit in what is free; before each step every sequence in the batch
+// reserves the blocks its rows need. When the budget cannot hold a running sequence's next rows, the most
+// recently admitted other request is preempted: its KV is released and it waits at the head of the queue to be
+// recomputed (its prompt plus the tokens generated so far, prefilled again; sampling state kept). A sequence that
+// cannot grow even alone finishes with a "KV cache full" error; no sequence's state is ever touched by another's
+// failure. A request that could never fit is rejected at submit(). Not thread-safe: one thread drives
+// submit/cancel/step.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +29,7 @@
 #include "model/compute_context.h"
 #include "engine/batch_builder.h"
 #include "model/model_weights.h"
-#include "model/sequence.h"
+#include "model/csa2.h"
 
 namespace dsflash::engine {
 
@@ -56,6 +59,7 @@ struct RequestRecord {
   std::vector<int32_t> generated;
   std::string error;              // kError: what failed
   int64_t global_kv_bytes = 0;    // global-KV pages held (whole blocks) while running; at finish, what it held
+  int64_t preemptions = 0;        // times its KV was released to make room (then recomputed)
 };
 
 struct Event {
@@ -84,6 +88,7 @@ struct StepStats {
   int64_t prefill_tokens = 0;
   int64_t decode_batch = 0;
   int64_t admitted = 0;
+  int64_t preempted = 0;
 };
 
 class Scheduler {
@@ -102,7 +107,7 @@ class Scheduler {
   Status step(std::vector<Event>* events);
   // Steps until every request has finished.
   Status run_to_completion(std::vector<Event>* events);
-  bool has_work() const { return !queue_.empty() || !running_.empty() || !pending_finish_.empty(); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty() || !pending_finish_.empty(); }
 
   const RequestRecord* record(RequestId id) const;
   kv::KvStats kv_stats() const { return kv_->stats(); }
@@ -113,14 +118,15 @@ class Scheduler {
   int64_t kv_bytes_for_sequence(int64_t positions) const { return kv_->bytes_for_sequence(positions); }
 
  private:
+  // A request while queued (seq null) or running.
   struct Running {
     RequestId id = -1;
     Request request;
-    SequenceState seq;
-    kv::SequencePages* pages = nullptr;
-    int64_t window_floor = 0;  // the plan's decoder window floor (replay start)
-    int32_t next_input = -1;   // decoding: the token fed at the next step
-    Sampler sampler;           // request.sampling, with the ids seen so far
+    Sampler sampler;                       // request.sampling, with the ids seen so far
+    std::vector<int32_t> prefill_tokens;   // what the prefill computes: the prompt (+ generated ids after a preemption)
+    SequenceState* seq = nullptr;          // owned by kv_ while running
+    int64_t window_floor = 0;              // the plan's decoder window floor (replay start of prefill_tokens)
+    int32_t next_input = -1;               // decoding: the token fed at the next step
   };
 
   Scheduler(const ModelWeights& weights, const ComputeContext& ctx, const SchedulerOptions& options,
@@ -128,6 +134,11 @@ class Scheduler {
       : weights_(weights), ctx_(ctx), options_(options), kv_(std::move(kv)) {}
 
   Status admit();
+  // Reserves the KV of `rows` more positions for `r`, preempting the newest running request while the budget
+  // refuses. False when r itself was the newest and got preempted, or when even alone it does not fit (r is then
+  // finished with the error).
+  bool reserve_or_preempt(Running& r, int64_t rows, std::vector<Event>* events);
+  void preempt(Running& r);
   // Samples the next token from `row` [vocab] (the logits of the sequence's last position), records it; finishes
   // the request when a stop condition holds. Returns true if it finished.
   bool emit(Running& r, const float* row, std::vector<Event>* events);
@@ -138,8 +149,7 @@ class Scheduler {
   SchedulerOptions options_;
   std::unique_ptr<kv::KvCacheManager> kv_;
   RequestId next_id_ = 0;
-  std::deque<RequestId> queue_;
-  std::map<RequestId, Request> queued_requests_;
+  std::deque<std::unique_ptr<Running>> waiting_;   // FIFO; preempted requests go back to the front
   std::vector<std::unique_ptr<Running>> running_;  // admission order
   std::vector<std::pair<RequestId, FinishReason>> pending_finish_;  // cancelled: event due at the next step
   std::map<RequestId, RequestRecord> records_;

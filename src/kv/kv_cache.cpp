@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <sstream>
 
@@ -202,6 +204,48 @@ KvStats KvCacheManager::stats() const {
   for (const auto& [id, seq] : sequences_) st.reserved_positions += seq->pages().capacity_positions();
   st.formula_global_bytes_per_token = layout_.global_bytes_per_token();
   return st;
+}
+
+Result<SequenceKv*> KvCacheManager::fork(const SequenceKv& source) {
+  Status owned = check_owned(source.pages());
+  if (!owned.ok()) return owned;
+  auto made = open_sequence();
+  if (!made.ok()) return made.status().with_context("KV cache: forking sequence " + std::to_string(source.id()));
+  SequenceKv& copy = **made;
+  const SequencePages& from = source.pages();
+  SequencePages& to = copy.pages();
+  // Frozen blocks are read-only: share them (refcount + 1) instead of copying.
+  for (int64_t b = 0; b < from.num_frozen_blocks(); ++b) {
+    const int32_t id = from.block_ids_[static_cast<size_t>(b)];
+    Status s = pool_.retain(id);
+    if (!s.ok()) {
+      (void)release(copy);
+      return s.with_context("KV cache: forking sequence " + std::to_string(source.id()));
+    }
+    to.block_ids_.push_back(id);
+    to.block_data_.push_back(pool_.data(id));
+  }
+  to.block_hashes_ = from.block_hashes_;
+  to.hash_seed_ = from.hash_seed_;
+  Status s = reserve(to, from.capacity_positions());
+  if (!s.ok()) {
+    (void)release(copy);
+    return s.with_context("KV cache: forking sequence " + std::to_string(source.id()));
+  }
+  for (int64_t b = from.num_frozen_blocks(); b < from.num_blocks(); ++b) {
+    std::memcpy(to.block_data_[static_cast<size_t>(b)], from.block_data_[static_cast<size_t>(b)],
+                static_cast<size_t>(layout_.block_bytes));
+  }
+  std::memcpy(copy.arena_.get(), source.arena_.get(), static_cast<size_t>(source.fixed_bytes_));
+  for (size_t i = 0; i < copy.compressed_.size(); ++i) {
+    s = copy.compressed_[i].set_num_entries(source.compressed_[i].num_entries());
+    if (!s.ok()) {
+      (void)release(copy);
+      return s;
+    }
+  }
+  copy.num_positions_ = source.num_positions_;
+  return &copy;
 }
 
 }  // namespace dsflash::kv

@@ -106,6 +106,11 @@ class KvCacheManager {
   // Error (nothing changed) when `seed` differs from the one the sequence's frozen blocks were hashed with.
   Result<int64_t> commit_full_blocks(SequencePages& seq, std::span<const int32_t> tokens, uint64_t seed);
 
+  // A new sequence holding a copy of `source`'s state (fixed state and the bytes of its blocks, in blocks of its
+  // own; frozen blocks are shared, not copied): an independent continuation of the same prefix (tests, benchmarks
+  // that clone a prefilled state, speculative snapshots). All or nothing.
+  Result<SequenceKv*> fork(const SequenceKv& source);
+
   // --- finishing ------------------------------------------------------------------------------------------
   // Drops the sequence's block references (last block first, so a cached chain is evicted from its end) and its
   // fixed state. Blocks other sequences map survive; published blocks stay cached. `seq` is invalid afterwards.
@@ -132,6 +137,39 @@ class KvCacheManager {
   int64_t fixed_total_ = 0;  // fixed state of live sequences
   int64_t next_id_ = 0;
   std::map<int64_t, std::unique_ptr<SequenceKv>> sequences_;
+};
+
+// A sequence opened from a manager and released when the lease goes (tests, benchmarks, one-off runs).
+// Converts to SequenceKv& wherever a sequence is taken.
+class SequenceLease {
+ public:
+  SequenceLease(KvCacheManager* manager, SequenceKv* seq) : manager_(manager), seq_(seq) {}
+  SequenceLease(SequenceLease&& other) noexcept : manager_(other.manager_), seq_(other.seq_) { other.seq_ = nullptr; }
+  SequenceLease& operator=(SequenceLease&& other) noexcept {
+    if (this != &other) {
+      reset();
+      manager_ = other.manager_;
+      seq_ = other.seq_;
+      other.seq_ = nullptr;
+    }
+    return *this;
+  }
+  SequenceLease(const SequenceLease&) = delete;
+  SequenceLease& operator=(const SequenceLease&) = delete;
+  ~SequenceLease() { reset(); }
+
+  SequenceKv& operator*() const { return *seq_; }
+  SequenceKv* operator->() const { return seq_; }
+  operator SequenceKv&() const { return *seq_; }  // NOLINT: implicit by design
+  SequenceKv* get() const { return seq_; }
+
+ private:
+  void reset() {
+    if (seq_ != nullptr) (void)manager_->release(*seq_);
+    seq_ = nullptr;
+  }
+  KvCacheManager* manager_ = nullptr;
+  SequenceKv* seq_ = nullptr;
 };
 
 }  // namespace dsflash::kv

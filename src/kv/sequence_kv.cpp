@@ -86,4 +86,10 @@ void SequenceKv::adopt_frozen_prefix() {
   num_positions_ = positions;
 }
 
+int64_t SequenceKv::global_kv_bytes() const {
+  int64_t bytes = 0;
+  for (const CompressedKv& kv : compressed_) bytes += static_cast<int64_t>(kv.bytes());
+  return bytes;
+}
+
 }  // namespace dsflash::kv

@@ -47,6 +47,8 @@ class SequenceKv {
   int64_t num_positions() const { return num_positions_; }
   void advance(int64_t num_tokens) { num_positions_ += num_tokens; }
 
+  // Bytes of the global KV entries held (every source's main entries + indexer keys; what a prefix cache keeps).
+  int64_t global_kv_bytes() const;
   // Bytes of the fixed-state arena (== layout().fixed_bytes_per_sequence()).
   int64_t fixed_bytes() const { return fixed_bytes_; }
   // Forget the state (windows empty, tails reset, no compressed entries, empty history, 0 positions). The pages

@@ -16,7 +16,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/sparse_attention.h"
 #include "kernels/torch_exp.h"
-#include "model/attention_state.h"
+#include "model/csa2.h"
 
 namespace dsflash {
 namespace {
@@ -210,7 +210,7 @@ Result<std::unique_ptr<AttentionLayer>> AttentionLayer::bind(const TensorLookup&
 
 // Compressor (spec §4.4; model.py Compressor.forward): the latents (normalised, bf16 values, before RoPE and FP4)
 // of the groups completed in this call, and their group indices.
-Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
+Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
                                       const ComputeContext& ctx, std::vector<float>* latents,
                                       std::vector<int64_t>* groups) {
   const int64_t d = head_dim_;
@@ -287,7 +287,7 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
 // Indexer keys and main KV entries of the emitted groups (model.py Indexer keys, then Attention._compress_kv):
 //   key = MXFP4(rope(k_norm(wk(latent)))), kv = FP4-e4m3(rope(latent)), RoPE at the group's first position.
 Status AttentionLayer::store_entries(const std::vector<float>& latents, const std::vector<int64_t>& groups,
-                                     AttentionState& state, const ComputeContext& ctx) {
+                                     SequenceState& state, const ComputeContext& ctx) {
   CompressedKv* kv = state.compressed(layer_);
   if (kv == nullptr) {
     return Status::Error("attention layer " + std::to_string(layer_) + ": the state has no compressed KV for this layer");
@@ -323,7 +323,7 @@ Status AttentionLayer::store_entries(const std::vector<float>& latents, const st
 // Indexer queries and top-k (spec §4.5; model.py Indexer.forward after the key update and
 // select_candidate_blocks). Publishes the top-k (and on the candidate source the pool) into `shared`.
 Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_tokens, int64_t start_pos,
-                                   const AttentionState& state, Csa2Shared& shared, const ComputeContext& ctx,
+                                   const SequenceState& state, Csa2Shared& shared, const ComputeContext& ctx,
                                    AttentionTrace* trace) {
   ProfileScope profile_scope(ctx.profile, ProfilePhase::kIndexer);  // its projections charge kLinear
   const int64_t end_pos = start_pos + num_tokens;
@@ -469,7 +469,7 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
   return Status::Ok();
 }
 
-Status AttentionLayer::forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
+Status AttentionLayer::forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
                                          const ComputeContext& ctx, AttentionTrace* trace) {
   const std::string where = "attention layer " + std::to_string(layer_) + " global-KV path";
   if (!kv_source_) return Status::Error(where + ": the layer is not a KV source");
@@ -510,7 +510,7 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
       return Status::Error(seg_where + ": bad arguments (num_tokens " + std::to_string(seg.num_tokens) +
                            ", start_pos " + std::to_string(seg.start_pos) + ")");
     }
-    const AttentionState& state = *seg.state;
+    const SequenceState& state = *seg.state;
     if (layer_ >= state.num_layers() || state.window(layer_).window() != window_ ||
         state.window(layer_).head_dim() != head_dim_) {
       return Status::Error(seg_where + ": the attention state was not made for this model");
@@ -600,7 +600,7 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
                                       const float* q, const float* kv, const uint8_t* kv_codes,
                                       const uint8_t* kv_scales, const ComputeContext& ctx, float* o) {
   const std::string where = "attention layer " + std::to_string(layer_);
-  AttentionState& state = *segment.state;
+  SequenceState& state = *segment.state;
   Csa2Shared& shared = *segment.shared;
   AttentionTrace* trace = segment.trace;
   const int64_t start_pos = segment.start_pos, t_n = segment.num_tokens;

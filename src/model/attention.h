@@ -14,25 +14,20 @@
 #include "io/checkpoint.h"
 #include "kernels/linear.h"
 #include "model/compute_context.h"
+#include "model/csa2.h"
 #include "model/rope.h"
 
 namespace dsflash {
 
-// Per-sequence attention state of all layers: window rings (FP8 e4m3 + ue8m0, 528 B/row at head_dim 512),
-// compressed main KV (FP4 e2m1 + e4m3 scales per 16) and indexer keys (MXFP4) of each KV source, compressor
-// tails (fp32 pending half-group). Defined in model/attention_state.h.
-class AttentionState;  // (all three defined in model/attention_state.h)
-
-// Cross-layer CSA2 sharing inside one forward call (latest KV source, latest published top-k indices,
-// the candidate pool of the candidate source). Reset at the start of every forward call; layers run in order.
-class Csa2Shared;
-
-// Optional recorder of intermediates (index scores/top-k, candidate masks, compressor latents) for layer tests.
-struct AttentionTrace;
+// SequenceState (kv::SequenceKv): per-sequence state of all layers: window rings (FP8 e4m3 + ue8m0, 528 B/row
+// at head_dim 512), compressed main KV (FP4 e2m1 + e4m3 scales per 16) and indexer keys (MXFP4) of each KV
+// source, compressor tails (fp32 pending half-group). Csa2Shared: cross-layer CSA2 sharing inside one forward
+// call (latest published top-k indices, the candidate pool). AttentionTrace: optional recorder of intermediates
+// for layer tests. All in model/csa2.h.
 
 // Consecutive rows of one sequence inside a batched attention call.
 struct AttentionSegment {
-  AttentionState* state = nullptr;
+  SequenceState* state = nullptr;
   Csa2Shared* shared = nullptr;    // reset for [start_pos, start_pos + num_tokens)
   int64_t start_pos = 0;           // absolute position of the segment's first row
   int64_t num_tokens = 0;          // rows
@@ -71,7 +66,7 @@ class AttentionLayer {
   Status forward(const float* x, const AttentionSegment* segments, int64_t num_segments, const ComputeContext& ctx,
                  float* out);
   // One segment (layer tests): forward() over the rows [start_pos, start_pos + num_tokens) of one sequence.
-  Status forward(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state, Csa2Shared& shared,
+  Status forward(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state, Csa2Shared& shared,
                  const ComputeContext& ctx, float* out, AttentionTrace* trace = nullptr) {
     const AttentionSegment segment{&state, &shared, start_pos, num_tokens, trace};
     return forward(x, &segment, 1, ctx, out);
@@ -81,7 +76,7 @@ class AttentionLayer {
   // compressed-KV store for positions [start_pos, start_pos + num_tokens) -- no query, no window ring write, no
   // attention. For prompt rows whose output is not needed (the decoder runs on the tail only); a later forward()
   // from start_pos + num_tokens continues the same caches. Error on layers that are not KV sources.
-  Status forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
+  Status forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
                            const ComputeContext& ctx, AttentionTrace* trace = nullptr);
 
   int layer() const { return layer_; }
@@ -89,9 +84,9 @@ class AttentionLayer {
 
  private:
   AttentionLayer() = default;
-  Status run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, AttentionState& state,
+  Status run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
                         const ComputeContext& ctx, std::vector<float>* latents, std::vector<int64_t>* groups);
-  Status store_entries(const std::vector<float>& latents, const std::vector<int64_t>& groups, AttentionState& state,
+  Status store_entries(const std::vector<float>& latents, const std::vector<int64_t>& groups, SequenceState& state,
                        const ComputeContext& ctx);
   // The per-sequence part of forward() for one segment: window rows, compressed branch, sparse attention.
   // x, qr, q, kv and the kv codes/scales are the segment's rows of the batched projections; o [rows, heads, dim].
@@ -99,7 +94,7 @@ class AttentionLayer {
                         const float* kv, const uint8_t* kv_codes, const uint8_t* kv_scales, const ComputeContext& ctx,
                         float* o);
   Status run_indexer(const float* x, const float* qr, int64_t num_tokens, int64_t start_pos,
-                     const AttentionState& state, Csa2Shared& shared, const ComputeContext& ctx,
+                     const SequenceState& state, Csa2Shared& shared, const ComputeContext& ctx,
                      AttentionTrace* trace);
 
   int layer_ = 0;

@@ -328,19 +328,19 @@ Result<NgramHasher> NgramHasher::create(const ModelConfig& config, std::vector<i
   return hasher;
 }
 
-Status NgramHasher::hash(const int32_t* tokens, int64_t num_tokens, int64_t start_pos, EngramHistory* history,
+Status NgramHasher::hash(const int32_t* tokens, int64_t num_tokens, int64_t start_pos, kv::EngramHistory* history,
                          int64_t* out, const uint8_t* dead) const {
   const int max_ngram = layout_.max_ngram;
   const size_t keep = static_cast<size_t>(max_ngram - 1);
   if (history == nullptr) return Status::Error("Engram hasher: no history given");
   if (num_tokens < 0) return Status::Error("Engram hasher: negative token count");
-  if (start_pos != history->num_positions) {
+  if (start_pos != history->num_positions()) {
     return Status::Error("Engram hasher: start_pos " + std::to_string(start_pos) + " but the history has seen " +
-                         std::to_string(history->num_positions) + " positions");
+                         std::to_string(history->num_positions()) + " positions");
   }
-  if (history->recent.size() != std::min<size_t>(keep, static_cast<size_t>(history->num_positions))) {
-    return Status::Error("Engram hasher: history holds " + std::to_string(history->recent.size()) +
-                         " ids after " + std::to_string(history->num_positions) + " positions");
+  if (static_cast<size_t>(history->capacity()) != keep) {
+    return Status::Error("Engram hasher: the history keeps " + std::to_string(history->capacity()) +
+                         " ids, the hasher needs " + std::to_string(keep));
   }
   // Compressed ids of this call (kDead inside image spans), validated before anything changes.
   std::vector<int64_t> compressed(static_cast<size_t>(num_tokens));
@@ -352,27 +352,28 @@ Status NgramHasher::hash(const int32_t* tokens, int64_t num_tokens, int64_t star
                            " outside the token map of " + std::to_string(token_map_.size()) + " ids");
     }
     compressed[static_cast<size_t>(i)] =
-        (dead != nullptr && dead[i]) ? EngramHistory::kDead : token_map_[static_cast<size_t>(id)];
+        (dead != nullptr && dead[i]) ? kv::EngramHistory::kDead : token_map_[static_cast<size_t>(id)];
   }
 
   if (out != nullptr) {
     const int num_layers = layout_.num_layers();
     const int columns = layout_.columns();
-    const int64_t history_len = static_cast<int64_t>(history->recent.size());
+    const std::span<const int64_t> recent = history->recent();
+    const int64_t history_len = static_cast<int64_t>(recent.size());
     std::vector<int64_t> window(static_cast<size_t>(max_ngram));  // t_0 (current) .. t_{N-1}
     for (int64_t i = 0; i < num_tokens; ++i) {
       bool blocked = false;
       for (int shift = 0; shift < max_ngram; ++shift) {
         const int64_t j = i - shift;  // index relative to this call
-        int64_t source = EngramHistory::kDead;
+        int64_t source = kv::EngramHistory::kDead;
         if (start_pos + j < 0) {
           blocked = true;  // before the sequence start
         } else if (j >= 0) {
           source = compressed[static_cast<size_t>(j)];
         } else {
-          source = history->recent[static_cast<size_t>(history_len + j)];
+          source = recent[static_cast<size_t>(history_len + j)];
         }
-        if (source == EngramHistory::kDead) blocked = true;
+        if (source == kv::EngramHistory::kDead) blocked = true;
         window[static_cast<size_t>(shift)] = blocked ? pad_id_ : source;
       }
       for (int e = 0; e < num_layers; ++e) {
@@ -394,12 +395,7 @@ Status NgramHasher::hash(const int32_t* tokens, int64_t num_tokens, int64_t star
   }
 
   // Keep the last N-1 compressed ids for the next call.
-  std::vector<int64_t>& recent = history->recent;
-  for (int64_t i = std::max<int64_t>(0, num_tokens - static_cast<int64_t>(keep)); i < num_tokens; ++i) {
-    recent.push_back(compressed[static_cast<size_t>(i)]);
-  }
-  if (recent.size() > keep) recent.erase(recent.begin(), recent.end() - static_cast<std::ptrdiff_t>(keep));
-  history->num_positions += num_tokens;
+  history->append(compressed);
   return Status::Ok();
 }
 

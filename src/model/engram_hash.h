@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kv/state_storage.h"
 
 namespace dsflash {
 
@@ -46,20 +47,6 @@ struct EngramHashLayout {
   static Result<EngramHashLayout> create(const ModelConfig& config, int64_t compressed_vocab_size);
 };
 
-// Per-sequence hashing state: what NgramHashState's cache row holds that later positions still need,
-// i.e. the last N-1 compressed ids (kDead for tokens inside image spans). Storage only; copyable, so an
-// engine can snapshot it with a sequence (prefix cache) or rebuild it by hashing the last N-1 tokens.
-struct EngramHistory {
-  static constexpr int64_t kDead = -1;
-  int64_t num_positions = 0;      // positions hashed so far (= start_pos of the next call)
-  std::vector<int64_t> recent;    // up to N-1 most recent compressed ids, oldest first
-
-  void reset() {
-    num_positions = 0;
-    recent.clear();
-  }
-};
-
 // Hashes token ids of one sequence. Immutable after creation; shareable between threads/sequences.
 class NgramHasher {
  public:
@@ -74,13 +61,13 @@ class NgramHasher {
   int64_t pad_compressed_id() const { return pad_id_; }
 
   // tokens [num_tokens] at absolute positions start_pos .. start_pos+num_tokens-1; start_pos must equal
-  // history->num_positions (errors otherwise), so one prefill, chunked prefill and token-by-token decode
+  // history->num_positions() (errors otherwise), so one prefill, chunked prefill and token-by-token decode
   // give identical ids. dead: optional [num_tokens], nonzero = inside an image span (no n-gram crosses it;
   // its own ids are hashed from pads). out: [num_tokens, num_layers, columns] int64 table row ids including
   // the per-column offsets (golden `prefill.engram_hash` layout); may be nullptr to only advance the history.
   // Look-back rule (engram.py): shift s = 0..N-1 reads position p-s; past the sequence start or at a dead
   // token the slot and every longer shift become pad. hash(order k) = (XOR_{s<k} t_s * m_s) % prime + offset.
-  Status hash(const int32_t* tokens, int64_t num_tokens, int64_t start_pos, EngramHistory* history,
+  Status hash(const int32_t* tokens, int64_t num_tokens, int64_t start_pos, kv::EngramHistory* history,
               int64_t* out, const uint8_t* dead = nullptr) const;
 
  private:

@@ -77,6 +77,11 @@ Status check_batch(const ModelConfig& config, const ForwardBatch& batch, const F
       return Status::Error("context of " + std::to_string(end) + " positions exceeds max_position_embeddings " +
                            std::to_string(config.max_position_embeddings));
     }
+    // The forward never allocates KV: the caller reserved the pages (kv::KvCacheManager::reserve).
+    if (seg.seq->pages().capacity_positions() < end) {
+      return Status::Error(where + ": its KV pages hold " + std::to_string(seg.seq->pages().capacity_positions()) +
+                           " positions, the call needs " + std::to_string(end) + " (reserve before the forward)");
+    }
   }
   if (trace != nullptr && (segments.size() != 1 || segments[0].options.global_only != 0)) {
     return Status::Error("forward: a trace records one segment without global-only rows");
@@ -126,7 +131,7 @@ Status split_at_decoder(const ModelWeights& weights, const BlockWeights& block, 
     if (drop > 0) {
       x.resize(static_cast<size_t>(drop * shape.dim));
       attention_input(weights, block, s, read, drop, ctx, x.data());
-      Status st = block.attention->forward_global_kv(x.data(), drop, seg.start_pos, seg.source->seq->attention(), ctx);
+      Status st = block.attention->forward_global_kv(x.data(), drop, seg.start_pos, *seg.source->seq, ctx);
       if (!st.ok()) return st.with_context("layer " + std::to_string(block.layer) + " global-KV path");
     }
     const int64_t keep = seg.num_tokens - drop;
@@ -187,7 +192,7 @@ Status forward(const ModelWeights& weights, const ForwardBatch& batch, const Com
     s.hash_ids.resize(static_cast<size_t>(s.rows * hash_row));
     for (const ForwardSegment& seg : batch.segments()) {
       status = hasher->hash(&batch.tokens()[static_cast<size_t>(seg.first_row)], seg.num_tokens,
-                            seg.seq->num_positions(), &seg.seq->engram(),
+                            seg.seq->num_positions(), seg.seq->engram(),
                             &s.hash_ids[static_cast<size_t>(seg.first_row * hash_row)]);
       if (!status.ok()) return status.with_context("Engram hashing");
     }
@@ -216,7 +221,7 @@ Status forward(const ModelWeights& weights, const ForwardBatch& batch, const Com
     if (record) record->attn_in.assign(w.x.begin(), w.x.begin() + n * dim);
     attention_segments.clear();
     for (LiveSegment& seg : live) {
-      attention_segments.push_back(AttentionSegment{&seg.source->seq->attention(), &seg.shared, seg.start_pos,
+      attention_segments.push_back(AttentionSegment{&*seg.source->seq, &seg.shared, seg.start_pos,
                                                     seg.num_tokens, record ? &record->attention : nullptr});
     }
     status = block.attention->forward(w.x.data(), attention_segments.data(),

@@ -15,7 +15,7 @@
 // prefill + decode steps) is a way of filling a ForwardBatch (engine/batch_builder.h); nothing else runs layers.
 // Attention batches its projections over all rows and runs window, compressor, indexer and sparse attention per
 // segment (AttentionLayer::forward). The caller reserves each sequence's KV capacity before the call
-// (AttentionState::reserve_positions); bad inputs are rejected before any state changes, and an error from a
+// (kv::KvCacheManager::reserve); bad inputs are rejected before any state changes, and an error from a
 // layer leaves the batch's sequences unusable.
 #pragma once
 
@@ -23,11 +23,10 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/attention_state.h"
 #include "model/compute_context.h"
+#include "model/csa2.h"
 #include "model/model_weights.h"
 #include "model/moe.h"
-#include "model/sequence.h"
 
 namespace dsflash {
 

@@ -95,7 +95,7 @@ inline PlanRun plan_greedy(const ModelRunner& runner, const std::vector<int32_t>
   const int64_t floor = replay_start(runner.config(), options, n);
   for (int64_t i = 0; i < steps; ++i) {
     std::vector<float> logits;
-    Status s = decode_step(runner, {run.generated.back()}, {&*seq}, {floor}, &logits);
+    Status s = decode_step(runner, {run.generated.back()}, {seq->get()}, {floor}, &logits);
     EXPECT_TRUE(s.ok()) << s.message();
     if (!s.ok()) return run;
     run.generated.push_back(argmax(logits.data(), vocab));

@@ -51,7 +51,7 @@ TEST_P(PlanTest, ExactPlanIsTheTransformerForward) {
   for (int step = 0; step < 4; ++step) {
     std::vector<float> one, batched;
     ASSERT_TRUE(runner.forward({token}, *a, LogitsRows::kLast, &one).ok());
-    ASSERT_TRUE(decode_step(runner, {token}, {&*b}, {}, &batched).ok());
+    ASSERT_TRUE(decode_step(runner, {token}, {b->get()}, {}, &batched).ok());
     EXPECT_EQ(count_mismatches(batched, one), 0) << "decode step " << step;
     token = argmax(one.data(), vocab);
   }
@@ -91,12 +91,12 @@ TEST_P(PlanTest, BoundedReplayEqualsExactWithTruncatedDecoderWindow) {
   const int64_t vocab = runner.config().vocab_size;
   const std::vector<float> tail(full.logits.begin() + floor * vocab, full.logits.end());
   EXPECT_EQ(count_mismatches(bounded.logits, tail), 0);
-  EXPECT_EQ(a->attention().global_kv_bytes(), b->attention().global_kv_bytes());
+  EXPECT_EQ((*a)->global_kv_bytes(), (*b)->global_kv_bytes());
   int32_t token = argmax(tail.data() + (n - floor - 1) * vocab, vocab);
   for (int step = 0; step < 6; ++step) {
     std::vector<float> la, lb;
-    ASSERT_TRUE(decode_step(runner, {token}, {&*a}, {floor}, &la).ok());
-    ASSERT_TRUE(decode_step(runner, {token}, {&*b}, {floor}, &lb).ok());
+    ASSERT_TRUE(decode_step(runner, {token}, {a->get()}, {floor}, &la).ok());
+    ASSERT_TRUE(decode_step(runner, {token}, {b->get()}, {floor}, &lb).ok());
     EXPECT_EQ(count_mismatches(la, lb), 0) << "decode step " << step;
     token = argmax(la.data(), vocab);
   }
@@ -130,7 +130,7 @@ TEST_P(PlanTest, BatchedDecodeEqualsEachSequenceAlone) {
       std::vector<int32_t>(prompt_.begin() + 3, prompt_.begin() + 6)};
   const std::vector<PrefillOptions> options = {replay(), exact(), replay()};
   const int64_t vocab = runner.config().vocab_size;
-  std::vector<SequenceState> batch_states, alone_states;
+  std::vector<kv::SequenceLease> batch_states, alone_states;
   std::vector<int32_t> tokens;
   std::vector<int64_t> floors;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -149,11 +149,11 @@ TEST_P(PlanTest, BatchedDecodeEqualsEachSequenceAlone) {
   for (int step = 0; step < 5; ++step) {
     std::vector<float> batched;
     std::vector<SequenceState*> seqs;
-    for (auto& s : batch_states) seqs.push_back(&s);
+    for (auto& s : batch_states) seqs.push_back(s.get());
     ASSERT_TRUE(decode_step(runner, tokens, seqs, floors, &batched).ok());
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::vector<float> alone;
-      ASSERT_TRUE(decode_step(runner, {tokens[i]}, {&alone_states[i]}, {floors[i]}, &alone).ok());
+      ASSERT_TRUE(decode_step(runner, {tokens[i]}, {alone_states[i].get()}, {floors[i]}, &alone).ok());
       const std::vector<float> row(batched.begin() + static_cast<int64_t>(i) * vocab,
                                    batched.begin() + static_cast<int64_t>(i + 1) * vocab);
       EXPECT_EQ(count_mismatches(row, alone), 0) << "step " << step << " sequence " << i;
@@ -187,7 +187,7 @@ TEST_P(PlanTest, MixedPrefillAndDecodeStepEqualsSeparateCalls) {
     Status st = engine::run_batch(runner.weights(), mixed, runner.context(), &together);
     ASSERT_TRUE(st.ok()) << st.message();
     std::vector<float> decoded;
-    ASSERT_TRUE(decode_step(runner, {token}, {&*decoding_alone}, {floor}, &decoded).ok());
+    ASSERT_TRUE(decode_step(runner, {token}, {decoding_alone->get()}, {floor}, &decoded).ok());
     ForwardOutput prefilled;
     ASSERT_TRUE(prefill_chunk(runner, second.data() + done, 20, m, *prefill_alone, exact(), LogitsRows::kAll, &prefilled).ok());
     ASSERT_EQ(together.rows.size(), 21u);
@@ -200,8 +200,8 @@ TEST_P(PlanTest, MixedPrefillAndDecodeStepEqualsSeparateCalls) {
     EXPECT_EQ(count_mismatches(prefill_rows, prefilled.logits), 0) << "chunk at " << done;
     token = argmax(decoded.data(), vocab);
   }
-  EXPECT_EQ(prefill_mixed->num_positions(), m);
-  EXPECT_EQ(decoding_mixed->num_positions(), decoding_alone->num_positions());
+  EXPECT_EQ((*prefill_mixed)->num_positions(), m);
+  EXPECT_EQ((*decoding_mixed)->num_positions(), (*decoding_alone)->num_positions());
 }
 
 // StepProfile (dsflash bench --breakdown) times the decode phases without changing a bit of the result; every
@@ -214,7 +214,10 @@ TEST_P(PlanTest, ProfiledDecodeIsBitIdenticalAndTimesEveryPhase) {
   ASSERT_TRUE(seq.ok());
   ForwardOutput out;
   ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), n, n, *seq, replay(), LogitsRows::kLast, &out).ok());
-  SequenceState plain = *seq, profiled = std::move(*seq);
+  auto plain_copy = runner.fork(**seq);
+  ASSERT_TRUE(plain_copy.ok()) << plain_copy.status().message();
+  SequenceState& plain = **plain_copy;
+  SequenceState& profiled = **seq;
   const int64_t floor = replay_start(runner.config(), replay(), n);
   ComputeContext ctx = runner.context();
   StepProfile profile;
@@ -238,58 +241,34 @@ TEST_P(PlanTest, ProfiledDecodeIsBitIdenticalAndTimesEveryPhase) {
   EXPECT_EQ(profile.current, ProfilePhase::kOther);  // every scope closed
 }
 
-TEST_P(PlanTest, PagedGlobalKvEqualsOwnedVectors) {
-  const ModelRunner& runner = *runner_;
-  auto layout = kv::KvLayout::from_config(runner.config(), 16);
-  ASSERT_TRUE(layout.ok());
-  auto manager = kv::KvCacheManager::create(*layout, 64 << 20);
-  ASSERT_TRUE(manager.ok());
-  const int64_t n = static_cast<int64_t>(prompt_.size());
-  auto pages = (*manager)->open(n);
-  ASSERT_TRUE(pages.ok());
-  auto owned = runner.new_sequence();
-  auto paged = runner.new_sequence();
-  ASSERT_TRUE(owned.ok() && paged.ok());
-  ASSERT_TRUE(paged->attention().attach_pages(*pages).ok());
-  ForwardOutput a, b;
-  ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), n, n, *owned, replay(), LogitsRows::kLast, &a).ok());
-  ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), n, n, *paged, replay(), LogitsRows::kLast, &b).ok());
-  EXPECT_EQ(count_mismatches(a.logits, b.logits), 0);
-  EXPECT_EQ(owned->attention().global_kv_bytes(), paged->attention().global_kv_bytes());
-  // Decoding past the reserved positions grows the pages through the manager.
-  const int64_t vocab = runner.config().vocab_size;
-  int32_t token = argmax(a.logits.data(), vocab);
-  const int64_t floor = replay_start(runner.config(), replay(), n);
-  for (int step = 0; step < 20; ++step) {
-    std::vector<float> la, lb;
-    ASSERT_TRUE(decode_step(runner, {token}, {&*owned}, {floor}, &la).ok());
-    Status s = decode_step(runner, {token}, {&*paged}, {floor}, &lb);
-    ASSERT_TRUE(s.ok()) << s.message();
-    EXPECT_EQ(count_mismatches(la, lb), 0) << step;
-    token = argmax(la.data(), vocab);
-  }
-  EXPECT_GE((*pages)->capacity_positions(), n + 20);
-  EXPECT_TRUE((*manager)->release(*pages).ok());
-}
-
-TEST_P(PlanTest, PagedStateReportsBudgetExhaustionAsAnError) {
+// A sequence grows as it goes: the batch builders reserve each step's rows; when the budget refuses, the call
+// fails with a clear error before any state changes.
+TEST_P(PlanTest, KvBudgetExhaustionIsAnErrorBeforeAnyChange) {
   const ModelRunner& runner = *runner_;
   auto layout = kv::KvLayout::from_config(runner.config(), 16);
   ASSERT_TRUE(layout.ok());
   // Room for the fixed state and one block (16 positions) only.
   auto manager = kv::KvCacheManager::create(*layout, layout->fixed_bytes_per_sequence() + layout->block_bytes);
   ASSERT_TRUE(manager.ok());
-  auto pages = (*manager)->open(16);
-  ASSERT_TRUE(pages.ok());
-  auto seq = runner.new_sequence();
-  ASSERT_TRUE(seq.ok());
-  ASSERT_TRUE(seq->attention().attach_pages(*pages).ok());
+  auto opened = (*manager)->open_sequence();
+  ASSERT_TRUE(opened.ok());
+  kv::SequenceLease seq(manager->get(), *opened);
   const int64_t n = static_cast<int64_t>(prompt_.size());
   ForwardOutput out;
-  Status s = prefill_chunk(runner, prompt_.data(), n, n, *seq, exact(), LogitsRows::kLast, &out);
+  ASSERT_TRUE(prefill_chunk(runner, prompt_.data(), 16, n, seq, exact(), LogitsRows::kLast, &out).ok());
+  EXPECT_EQ(seq->num_positions(), 16);
+  Status s = prefill_chunk(runner, prompt_.data() + 16, n - 16, n, seq, exact(), LogitsRows::kLast, &out);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("KV cache full"), std::string::npos) << s.message();
-  EXPECT_EQ((*pages)->num_blocks(), 1);
+  EXPECT_EQ(seq->pages().num_blocks(), 1);
+  EXPECT_EQ(seq->num_positions(), 16);
+  // The forward itself refuses rows whose KV was not reserved.
+  ForwardBatch batch;
+  engine::add_exact(batch, seq, prompt_.data() + 16, 4, LogitsRows::kLast);
+  s = forward(runner.weights(), batch, runner.context(), &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("reserve"), std::string::npos) << s.message();
+  EXPECT_EQ(seq->num_positions(), 16);
 }
 
 // How far bounded replay moves the last-position logits from the exact plan (approximate by design, spec §5):

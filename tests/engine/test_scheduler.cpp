@@ -184,6 +184,46 @@ TEST_F(SchedulerTest, AdmissionWaitsForMemoryAndRejectsWhatCanNeverFit) {
   EXPECT_EQ(engine->record(*ia)->global_kv_bytes, 4 * layout->block_bytes);
 }
 
+// Sequences grow as they go; when the budget cannot hold the running ones' next rows, the newest is preempted
+// (its KV released) and recomputed later from its prompt and the tokens it had generated.
+TEST_F(SchedulerTest, PreemptsTheNewestWhenSequencesOutgrowTheBudget) {
+  auto layout = kv::KvLayout::from_config(runner_->config(), 16);
+  ASSERT_TRUE(layout.ok());
+  SchedulerOptions options;
+  options.kv_block_tokens = 16;
+  options.kv_budget_bytes = 2 * layout->fixed_bytes_per_sequence() + 5 * layout->block_bytes;
+  auto engine = make(options);
+  ASSERT_NE(engine, nullptr);
+  Request a;
+  a.prompt = slice(0, 30);  // 2 blocks, grows to 50 positions = 4 blocks
+  a.max_new_tokens = 20;
+  a.prefill.mode = PrefillMode::kExact;
+  Request b = a;
+  b.prompt = slice(5, 35);
+  auto ia = engine->submit(a), ib = engine->submit(b);
+  ASSERT_TRUE(ia.ok() && ib.ok());
+  std::vector<Event> events;
+  bool both_ran = false;
+  int64_t preempted = 0;
+  while (engine->has_work()) {
+    ASSERT_TRUE(engine->step(&events).ok());
+    both_ran |= engine->kv_stats().num_sequences == 2;
+    preempted += engine->last_step().preempted;
+    EXPECT_LE(engine->kv_stats().used_bytes, options.kv_budget_bytes);
+  }
+  EXPECT_TRUE(both_ran);
+  EXPECT_GE(preempted, 1);
+  const auto* ra = engine->record(*ia);
+  const auto* rb = engine->record(*ib);
+  EXPECT_EQ(ra->preemptions, 0);
+  EXPECT_GE(rb->preemptions, 1);
+  EXPECT_EQ(ra->reason, FinishReason::kMaxTokens);
+  EXPECT_EQ(rb->reason, FinishReason::kMaxTokens);
+  EXPECT_EQ(ra->generated, plan_greedy(*runner_, a.prompt, a.prefill, 19).generated);
+  EXPECT_EQ(rb->generated, plan_greedy(*runner_, b.prompt, b.prefill, 19).generated);
+  EXPECT_EQ(engine->kv_stats().used_bytes, 0);
+}
+
 TEST_F(SchedulerTest, RejectsBadRequests) {
   auto engine = make(SchedulerOptions());
   ASSERT_NE(engine, nullptr);

@@ -10,8 +10,7 @@
 
 #include "io/model_config.h"
 #include "kv/kv_cache.h"
-#include "model/attention_state.h"
-#include "model/engram_hash.h"
+#include "formats/quant.h"
 
 namespace dsflash::kv {
 namespace {
@@ -126,23 +125,24 @@ TEST(SequenceKv, StateStartsEmptyAndTheRegionsAreDisjoint) {
   EXPECT_EQ(s.engram()->num_positions(), 0);
 }
 
-TEST(WindowRingStorage, RoundTripsLikeTheModelsRing) {
+TEST(WindowRingStorage, RoundTripsTheLatestRowOfEverySlot) {
   Fixture f = make();
   WindowRing& ring = f.seq->window(0);
-  dsflash::WindowRing reference(8, 512);
   std::vector<uint8_t> codes, scales;
   for (int64_t p = 0; p < 21; ++p) {  // wraps twice
     window_row(p, &codes, &scales);
     ring.write(p, codes.data(), scales.data());
-    reference.write(p, codes.data(), scales.data());
   }
   std::vector<float> got(512), want(512);
   for (int slot = 0; slot < 8; ++slot) {
-    EXPECT_EQ(ring.slot_position(slot), reference.slot_position(slot));
+    const int64_t latest = slot >= 5 ? 8 + slot : 16 + slot;  // the last p < 21 with p % 8 == slot
+    EXPECT_EQ(ring.slot_position(slot), latest);
+    window_row(latest, &codes, &scales);
+    EXPECT_EQ(std::memcmp(ring.slot_codes(slot), codes.data(), 512), 0);
+    EXPECT_EQ(std::memcmp(ring.slot_scales(slot), scales.data(), 16), 0);
     ring.read_slot(slot, got.data());
-    reference.read_slot(slot, want.data());
+    dequant_e4m3_ue8m0(codes.data(), scales.data(), 512, 32, want.data());
     EXPECT_EQ(got, want) << slot;
-    EXPECT_EQ(std::memcmp(ring.slot_codes(slot), reference.slot_codes(slot), 512), 0);
   }
   EXPECT_TRUE(ring.holds(20));
   EXPECT_TRUE(ring.holds(13));
@@ -152,29 +152,27 @@ TEST(WindowRingStorage, RoundTripsLikeTheModelsRing) {
   EXPECT_EQ(ring.bytes(), 8u * (528 + 8));
 }
 
-TEST(CompressedKvStorage, RoundTripsLikeTheModelsCacheAcrossBlocks) {
+TEST(CompressedKvStorage, RoundTripsEntriesAcrossBlocks) {
   Fixture f = make();
   ASSERT_TRUE(f.manager->reserve(f.seq->pages(), 40).ok());  // 3 blocks: 48 entries at ratio 1
   CompressedKv& kv = *f.seq->compressed(4);
-  dsflash::CompressedKv reference(1, 512, 128);
   std::vector<uint8_t> m, k;
   for (int64_t e = 0; e < 48; ++e) {
     entry(e, &m, &k);
     ASSERT_TRUE(kv.append(m.data(), m.data() + 256, k.data(), k.data() + 64).ok()) << e;
-    ASSERT_TRUE(reference.append(m.data(), m.data() + 256, k.data(), k.data() + 64).ok());
   }
   EXPECT_EQ(kv.num_entries(), 48);
-  EXPECT_EQ(kv.bytes(), reference.bytes());
+  EXPECT_EQ(kv.bytes(), 48u * (288 + 68));
   std::vector<float> got(512), want(512), got_k(128), want_k(128);
   for (int64_t e = 0; e < 48; ++e) {
     entry(e, &m, &k);
     EXPECT_EQ(std::memcmp(kv.kv_row(e), m.data(), 288), 0) << e;
     EXPECT_EQ(std::memcmp(kv.index_key_row(e), k.data(), 68), 0) << e;
     kv.read_kv(e, got.data());
-    reference.read_kv(e, want.data());
+    dequant_e2m1_e4m3(m.data(), m.data() + 256, 512, 16, want.data());
     EXPECT_EQ(got, want) << e;
     kv.read_index_key(e, got_k.data());
-    reference.read_index_key(e, want_k.data());
+    dequant_e2m1_ue8m0(k.data(), k.data() + 64, 128, 32, want_k.data());
     EXPECT_EQ(got_k, want_k) << e;
   }
   // The ratio-2 source of the same pages is independent of this one.
@@ -245,20 +243,19 @@ TEST(CompressorTailStorage, ResetRestoresZeroAndMinusInfinity) {
   EXPECT_TRUE(std::isinf(tail.score[0]) && tail.score[0] < 0);
 }
 
-TEST(EngramHistoryStorage, KeepsTheLastIdsLikeTheModelsHistory) {
+TEST(EngramHistoryStorage, KeepsTheLastIds) {
   Fixture f = make();
   EngramHistory& h = *f.seq->engram();
-  dsflash::EngramHistory reference;  // the model's: vector push + erase to the last N-1
+  std::vector<int64_t> all;  // every id appended; the history keeps the last N-1 = 2
   int64_t next = 100;
   for (int64_t n : {1, 0, 2, 1, 5, 3}) {
     std::vector<int64_t> ids;
     for (int64_t i = 0; i < n; ++i) ids.push_back(i % 3 == 2 ? EngramHistory::kDead : next++);
     h.append(ids);
-    reference.recent.insert(reference.recent.end(), ids.begin(), ids.end());
-    if (reference.recent.size() > 2) reference.recent.erase(reference.recent.begin(), reference.recent.end() - 2);
-    reference.num_positions += n;
-    EXPECT_EQ(h.num_positions(), reference.num_positions);
-    EXPECT_EQ(std::vector<int64_t>(h.recent().begin(), h.recent().end()), reference.recent) << h.num_positions();
+    all.insert(all.end(), ids.begin(), ids.end());
+    const std::vector<int64_t> want(all.end() - std::min<std::ptrdiff_t>(2, static_cast<std::ptrdiff_t>(all.size())), all.end());
+    EXPECT_EQ(h.num_positions(), static_cast<int64_t>(all.size()));
+    EXPECT_EQ(std::vector<int64_t>(h.recent().begin(), h.recent().end()), want) << h.num_positions();
   }
 }
 

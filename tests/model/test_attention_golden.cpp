@@ -1,5 +1,5 @@
 // Attention layer by layer against the goldens (spec/MODEL.md §4.3-§4.6): every layer of a model is fed its
-// recorded attention input in order, with one AttentionState and one Csa2Shared per call, and must reproduce
+// recorded attention input in order, with one SequenceState and one Csa2Shared per call, and must reproduce
 // the recorded attention output, compressor latents, index scores / top-k, candidate pool and caches.
 // Where a golden file has no attn_in (content level "core": tiny-c), the input is rebuilt from the recorded
 // streams and pre_mix (hc_pre + attn_norm, the model teammate's kernels) and attn_out is not compared.
@@ -21,10 +21,12 @@
 #include "kernels/hc.h"
 #include "kernels/rmsnorm.h"
 #include "model/attention.h"
-#include "model/attention_state.h"
+#include "model/csa2.h"
+#include "model/test_sequences.h"
 #include "model/golden_tensors.h"
 
 namespace dsflash {
+using testing::TestKv;
 namespace {
 
 using testing::to_f32;
@@ -170,7 +172,7 @@ std::vector<float> ring_rows(const WindowRing& ring) {
 
 // pending_only: compare the compressor tail only in the slots of the trailing partial group (a run that fed
 // tokens one at a time also leaves the completed group's tokens there; the one-shot prefill does not).
-void compare_caches(const Golden& g, const std::string& prefix, const AttentionState& state, Report& report,
+void compare_caches(const Golden& g, const std::string& prefix, const SequenceState& state, Report& report,
                     int64_t positions = 0, bool pending_only = false) {
   const ModelConfig& c = g.checkpoint.config();
   for (int layer = 0; layer < c.n_layers; ++layer) {
@@ -191,7 +193,7 @@ void compare_caches(const Golden& g, const std::string& prefix, const AttentionS
     if (const CompressorTail* tail = state.tail(layer)) {
       std::vector<float> want_kv_state = to_f32(g.file.find(l + "compressor_kv_state"));
       std::vector<float> want_score_state = to_f32(g.file.find(l + "compressor_score_state"));
-      std::vector<float> got_kv_state = tail->kv, got_score_state = tail->score;
+      std::vector<float> got_kv_state(tail->kv.begin(), tail->kv.end()), got_score_state(tail->score.begin(), tail->score.end());
       if (pending_only) {
         const int64_t pending = positions % tail->ratio;
         const size_t keep = static_cast<size_t>(pending * tail->head_dim);
@@ -219,7 +221,7 @@ Layers bind_all(const Checkpoint& checkpoint) {
 }
 
 // Runs the prefill of the recorded prompt (rows [0, S) in chunks given by `chunks`) and compares everything.
-void run_prefill(const Golden& g, Layers& layers, AttentionState& state, const ComputeContext& ctx,
+void run_prefill(const Golden& g, Layers& layers, SequenceState& state, const ComputeContext& ctx,
                  const std::vector<int64_t>& chunks, Report& report) {
   const ModelConfig& c = g.checkpoint.config();
   std::vector<std::vector<float>> inputs;
@@ -338,8 +340,8 @@ void check_prefill(const std::string& model, bool reference, const std::vector<i
   ASSERT_NE(g, nullptr);
   Layers layers = bind_all(g->checkpoint);
   ASSERT_EQ(static_cast<int>(layers.layers.size()), g->checkpoint.config().n_layers);
-  auto state = AttentionState::create(g->checkpoint.config());
-  ASSERT_TRUE(state.ok()) << state.status().message();
+  TestKv kv(g->checkpoint.config());
+  auto state = kv.open();
   Report report;
   run_prefill(*g, layers, *state, context(reference), chunks, report);
   const int64_t prompt = g->file.find("prompt_ids")->num_elements();
@@ -373,8 +375,8 @@ void check_decode(const std::string& model, bool reference) {
   const ModelConfig& c = g->checkpoint.config();
   Layers layers = bind_all(g->checkpoint);
   ASSERT_EQ(static_cast<int>(layers.layers.size()), c.n_layers);
-  auto state = AttentionState::create(c);
-  ASSERT_TRUE(state.ok()) << state.status().message();
+  TestKv kv(c);
+  auto state = kv.open();
   const ComputeContext ctx = context(reference);
   Report prefill_report, report;
   run_prefill(*g, layers, *state, ctx, {1 << 30}, prefill_report);

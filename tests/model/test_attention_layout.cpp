@@ -13,9 +13,11 @@
 #include "io/model_config.h"
 #include "kernels/linear.h"
 #include "model/attention.h"
-#include "model/attention_state.h"
+#include "model/csa2.h"
+#include "model/test_sequences.h"
 
 namespace dsflash {
+using testing::TestKv;
 namespace {
 
 // A model with layers: 0 window only, 1 KV source (ratio 1, index source), 2 Reuse.
@@ -131,13 +133,13 @@ class AttentionLayout : public ::testing::Test {
       for (float& v : x) v = round_to_bf16(normal(rng));
     }
     ctx_ = ComputeContext::for_backend(reference_backend());
+    kv_ = std::make_unique<TestKv>(config_);
   }
 
   // Runs all layers over rows [0, kTokens) in the given chunks; returns each layer's outputs.
   std::vector<std::vector<float>> run(const std::vector<int64_t>& chunks, int64_t window_floor = 0,
-                                      AttentionState* state_out = nullptr, int64_t prefill_end = 0) {
-    auto state = AttentionState::create(config_);
-    EXPECT_TRUE(state.ok());
+                                      kv::SequenceLease* state_out = nullptr, int64_t prefill_end = 0) {
+    auto state = kv_->open();
     std::vector<std::vector<float>> outs(inputs_.size(), std::vector<float>(inputs_[0].size()));
     Csa2Shared shared;
     int64_t start = 0;
@@ -151,7 +153,7 @@ class AttentionLayout : public ::testing::Test {
       }
       start += n;
     }
-    if (state_out != nullptr) *state_out = std::move(state.value());
+    if (state_out != nullptr) *state_out = std::move(state);
     return outs;
   }
 
@@ -179,6 +181,7 @@ class AttentionLayout : public ::testing::Test {
   std::vector<std::unique_ptr<AttentionLayer>> layers_;
   std::vector<std::vector<float>> inputs_;
   ComputeContext ctx_;
+  std::unique_ptr<TestKv> kv_;  // declared last: leases in a test body go before it
 };
 
 TEST_F(AttentionLayout, ChunkedPrefillEqualsOnePrefill) {
@@ -223,28 +226,27 @@ TEST_F(AttentionLayout, WindowFloorHidesRowsBelowIt) {
 }
 
 TEST_F(AttentionLayout, StateBytesAreTheCacheFormats) {
-  AttentionState state;
+  kv::SequenceLease state(nullptr, nullptr);
   run({kTokens}, 0, &state);
-  const CompressedKv* kv = state.compressed(1);
+  const CompressedKv* kv = state->compressed(1);
   ASSERT_NE(kv, nullptr);
   EXPECT_EQ(kv->num_entries(), kTokens);
   EXPECT_EQ(CompressedKv::kv_bytes(512), 288);
   EXPECT_EQ(CompressedKv::index_key_bytes(128), 68);
   EXPECT_EQ(WindowRing::row_bytes(512), 528);
-  EXPECT_EQ(state.global_kv_bytes(),
-            static_cast<size_t>(kTokens * (CompressedKv::kv_bytes(64) + CompressedKv::index_key_bytes(32))));
+  EXPECT_EQ(state->global_kv_bytes(),
+            static_cast<int64_t>(kTokens * (CompressedKv::kv_bytes(64) + CompressedKv::index_key_bytes(32))));
   for (int layer = 0; layer < 3; ++layer) {
     for (int s = 0; s < config_.window_size; ++s) {
       // ring slot s holds the latest position p with p % window == s
       const int64_t want = ((kTokens - 1 - s) / config_.window_size) * config_.window_size + s;
-      EXPECT_EQ(state.window(layer).slot_position(s), want);
+      EXPECT_EQ(state->window(layer).slot_position(s), want);
     }
   }
 }
 
 TEST_F(AttentionLayout, ErrorsAreValues) {
-  auto state = AttentionState::create(config_);
-  ASSERT_TRUE(state.ok());
+  auto state = kv_->open();
   std::vector<float> out(static_cast<size_t>(4 * config_.dim));
   Csa2Shared shared;
   shared.reset(0, 3);  // wrong token count
@@ -265,16 +267,15 @@ TEST_F(AttentionLayout, ErrorsAreValues) {
 }
 
 TEST_F(AttentionLayout, GlobalKvPathThenTailEqualsFullCaches) {
-  AttentionState full;
+  kv::SequenceLease full(nullptr, nullptr);
   run({kTokens}, 0, &full);
-  auto state = AttentionState::create(config_);
-  ASSERT_TRUE(state.ok());
+  auto state = kv_->open();
   ASSERT_TRUE(layers_[1]->forward_global_kv(inputs_[1].data(), 150, 0, *state, ctx_).ok());
   Csa2Shared shared;
   shared.reset(150, 50);
   std::vector<float> out(static_cast<size_t>(50 * config_.dim));
   ASSERT_TRUE(layers_[1]->forward(&inputs_[1][static_cast<size_t>(150 * config_.dim)], 50, 150, *state, shared, ctx_, out.data()).ok());
-  const CompressedKv* a = full.compressed(1);
+  const CompressedKv* a = full->compressed(1);
   const CompressedKv* b = state->compressed(1);
   ASSERT_EQ(a->num_entries(), b->num_entries());
   std::vector<float> ra(64), rb(64);

@@ -16,6 +16,17 @@
 namespace dsflash {
 namespace {
 
+// An Engram history with storage of its own (in the engine it lives in the KV manager's per-sequence arena).
+struct OwnedHistory {
+  explicit OwnedHistory(const NgramHasher& hasher)
+      : storage(static_cast<size_t>(hasher.layout().max_ngram), 0),
+        history(hasher.layout().max_ngram - 1, storage.data()) {
+    history.reset();
+  }
+  std::vector<int64_t> storage;  // [1 + max_ngram - 1]
+  kv::EngramHistory history;
+};
+
 const std::string kShared = DSFLASH_SHARED_DIR;
 
 std::vector<int64_t> read_i64(const SafetensorsFile& file, const std::string& name) {
@@ -141,7 +152,8 @@ TEST(EngramHash, LookBackRules) {
   };
   const std::vector<int32_t> tokens = {0, 1, 3, 4, 5};
   const std::vector<uint8_t> dead = {0, 0, 1, 0, 0};  // position 2 is an image token
-  EngramHistory history;
+  OwnedHistory owned(*hasher);
+  kv::EngramHistory& history = owned.history;
   std::vector<int64_t> out(tokens.size() * 2 * 6);
   ASSERT_TRUE(hasher->hash(tokens.data(), 5, 0, &history, out.data(), dead.data()).ok());
   const int64_t stride = 2 * 6;
@@ -150,8 +162,9 @@ TEST(EngramHash, LookBackRules) {
   expect_row(out.data() + 2 * stride, {pad, pad, pad, pad}, "pos 2 (dead)");
   expect_row(out.data() + 3 * stride, {0, pad, pad, pad}, "pos 3");
   expect_row(out.data() + 4 * stride, {4, 0, pad, pad}, "pos 4");
-  EXPECT_EQ(history.num_positions, 5);
-  EXPECT_EQ(history.recent, (std::vector<int64_t>{EngramHistory::kDead, 0, 4}));
+  EXPECT_EQ(history.num_positions(), 5);
+  EXPECT_EQ(std::vector<int64_t>(history.recent().begin(), history.recent().end()),
+            (std::vector<int64_t>{kv::EngramHistory::kDead, 0, 4}));
   // The dead token still blocks one call later.
   const int32_t next = 1;
   ASSERT_TRUE(hasher->hash(&next, 1, 5, &history, out.data()).ok());
@@ -164,13 +177,14 @@ TEST(EngramHash, Errors) {
   EXPECT_FALSE(NgramHasher::create(config, {0, 1}, 5).ok());      // pad id 2 outside the map
   auto hasher = NgramHasher::create(config, {0, 1, 2, 3}, 5);
   ASSERT_TRUE(hasher.ok());
-  EngramHistory history;
+  OwnedHistory owned(*hasher);
+  kv::EngramHistory& history = owned.history;
   std::vector<int64_t> out(2 * 12);
   const int32_t bad[] = {1, 4};
   const Status s = hasher->hash(bad, 2, 0, &history, out.data());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("position 1"), std::string::npos) << s.message();
-  EXPECT_EQ(history.num_positions, 0);  // nothing changed
+  EXPECT_EQ(history.num_positions(), 0);  // nothing changed
   const int32_t good[] = {1, 3};
   EXPECT_FALSE(hasher->hash(good, 2, 1, &history, out.data()).ok());  // start_pos != positions seen
   EXPECT_TRUE(hasher->hash(good, 2, 0, &history, out.data()).ok());
@@ -214,7 +228,8 @@ TEST_P(EngramHashGolden, PrefillDecodeAndChunkedMatchOfficial) {
     ASSERT_GE(static_cast<int64_t>(generated64.size()), steps);
 
     // One prefill, then decode one token per step (generated_ids[t] at position S + t).
-    EngramHistory history;
+    OwnedHistory owned(*hasher);
+  kv::EngramHistory& history = owned.history;
     std::vector<int64_t> got(want_prefill.size());
     ASSERT_TRUE(hasher->hash(prompt.data(), static_cast<int64_t>(prompt.size()), 0, &history, got.data()).ok());
     EXPECT_EQ(got, want_prefill) << c.model << "/" << scenario << " prefill";
@@ -222,7 +237,7 @@ TEST_P(EngramHashGolden, PrefillDecodeAndChunkedMatchOfficial) {
     for (int64_t t = 0; t < steps; ++t) {
       const int32_t token = static_cast<int32_t>(generated64[static_cast<size_t>(t)]);
       std::vector<int64_t> row(static_cast<size_t>(width));
-      ASSERT_TRUE(hasher->hash(&token, 1, history.num_positions, &history, row.data()).ok());
+      ASSERT_TRUE(hasher->hash(&token, 1, history.num_positions(), &history, row.data()).ok());
       got_decode.insert(got_decode.end(), row.begin(), row.end());
     }
     EXPECT_EQ(got_decode, want_decode) << c.model << "/" << scenario << " decode";
@@ -232,7 +247,8 @@ TEST_P(EngramHashGolden, PrefillDecodeAndChunkedMatchOfficial) {
     for (int64_t t = 0; t < steps; ++t) all.push_back(static_cast<int32_t>(generated64[static_cast<size_t>(t)]));
     std::vector<int64_t> want_all = want_prefill;
     want_all.insert(want_all.end(), want_decode.begin(), want_decode.end());
-    EngramHistory chunked;
+    OwnedHistory owned_chunked(*hasher);
+    kv::EngramHistory& chunked = owned_chunked.history;
     std::vector<int64_t> got_all(all.size() * static_cast<size_t>(width));
     int64_t pos = 0;
     for (int64_t chunk : {1, 2, 3, 5, 8, 13, 21, 34, 55}) {
