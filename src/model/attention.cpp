@@ -469,29 +469,41 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
   return Status::Ok();
 }
 
+Status AttentionLayer::compress_new_rows(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
+                                         const ComputeContext& ctx, AttentionTrace* trace) {
+  const CompressedKv* own = state.compressed(layer_);
+  if (own == nullptr || own->num_entries() < start_pos / ratio_) {
+    return Status::Error("compressed KV holds " + std::to_string(own ? own->num_entries() : -1) +
+                         " entries at start_pos " + std::to_string(start_pos) + ", expected " +
+                         std::to_string(start_pos / ratio_));
+  }
+  // Rows whose entries are already stored (a cached prefix being replayed for its windows, spec §7) are never
+  // compressed again: the cached global KV is reused as it is. Such a prefix ends on a group boundary.
+  const int64_t stored_until = own->num_entries() * ratio_;
+  const int64_t skip = std::clamp<int64_t>(stored_until - start_pos, 0, num_tokens);
+  if (skip == num_tokens) return Status::Ok();
+  std::vector<float> latents;
+  std::vector<int64_t> groups;
+  Status st = run_compressor(x + skip * dim_, num_tokens - skip, start_pos + skip, state, ctx, &latents, &groups);
+  if (!st.ok()) return st;
+  st = store_entries(latents, groups, state, ctx);
+  if (!st.ok()) return st;
+  if (trace != nullptr) {
+    trace->compressor_latent = std::move(latents);
+    trace->compressor_groups = std::move(groups);
+  }
+  return Status::Ok();
+}
+
 Status AttentionLayer::forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
                                          const ComputeContext& ctx, AttentionTrace* trace) {
   const std::string where = "attention layer " + std::to_string(layer_) + " global-KV path";
   if (!kv_source_) return Status::Error(where + ": the layer is not a KV source");
   if (x == nullptr || num_tokens <= 0 || start_pos < 0) return Status::Error(where + ": bad arguments");
   if (ctx.backend == nullptr) return Status::Error(where + ": ComputeContext has no kernel backend");
-  const CompressedKv* own = state.compressed(layer_);
-  if (own == nullptr || own->num_entries() != start_pos / ratio_) {
-    return Status::Error(where + ": compressed KV holds " + std::to_string(own ? own->num_entries() : -1) +
-                         " entries at start_pos " + std::to_string(start_pos) + ", expected " +
-                         std::to_string(start_pos / ratio_));
-  }
   if (trace != nullptr) trace->clear();
-  std::vector<float> latents;
-  std::vector<int64_t> groups;
-  Status st = run_compressor(x, num_tokens, start_pos, state, ctx, &latents, &groups);
+  Status st = compress_new_rows(x, num_tokens, start_pos, state, ctx, trace);
   if (!st.ok()) return st.with_context(where);
-  st = store_entries(latents, groups, state, ctx);
-  if (!st.ok()) return st.with_context(where);
-  if (trace != nullptr) {
-    trace->compressor_latent = std::move(latents);
-    trace->compressor_groups = std::move(groups);
-  }
   return Status::Ok();
 }
 
@@ -662,22 +674,8 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
   if (ratio_ > 0) {
     const int64_t compress_len = end_pos / ratio_;
     if (kv_source_) {
-      const CompressedKv* own = state.compressed(layer_);
-      if (own == nullptr || own->num_entries() != start_pos / ratio_) {
-        return Status::Error(where + ": compressed KV holds " + std::to_string(own ? own->num_entries() : -1) +
-                             " entries at start_pos " + std::to_string(start_pos) + ", expected " +
-                             std::to_string(start_pos / ratio_));
-      }
-      std::vector<float> latents;
-      std::vector<int64_t> groups;
-      Status st = run_compressor(x, t_n, start_pos, state, ctx, &latents, &groups);
-      if (!st.ok()) return st;
-      st = store_entries(latents, groups, state, ctx);
-      if (!st.ok()) return st;
-      if (trace != nullptr) {
-        trace->compressor_latent = latents;
-        trace->compressor_groups = groups;
-      }
+      Status st = compress_new_rows(x, t_n, start_pos, state, ctx, trace);
+      if (!st.ok()) return st.with_context(where);
     }
     compressed = state.compressed(kv_source_layer_);
     if (compressed == nullptr || compressed->num_entries() < compress_len) {

@@ -84,6 +84,10 @@ class AttentionLayer {
 
  private:
   AttentionLayer() = default;
+  // The compressor and entry store of a KV source for rows [start_pos, + num_tokens), skipping rows whose entries
+  // are already stored (a replayed cached prefix).
+  Status compress_new_rows(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
+                           const ComputeContext& ctx, AttentionTrace* trace);
   Status run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
                         const ComputeContext& ctx, std::vector<float>* latents, std::vector<int64_t>* groups);
   Status store_entries(const std::vector<float>& latents, const std::vector<int64_t>& groups, SequenceState& state,
