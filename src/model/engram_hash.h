@@ -67,6 +67,9 @@ class NgramHasher {
   // the per-column offsets (golden `prefill.engram_hash` layout); may be nullptr to only advance the history.
   // Look-back rule (engram.py): shift s = 0..N-1 reads position p-s; past the sequence start or at a dead
   // token the slot and every longer shift become pad. hash(order k) = (XOR_{s<k} t_s * m_s) % prime + offset.
+  // Sets `history` to what hashing positions [0, end_pos) would have left (the compressed ids of the last N-1 of
+  // them): tokens [end_pos] are the sequence's ids from position 0 (a restored cached prefix; no image spans).
+  Status restore_history(const int32_t* tokens, int64_t end_pos, kv::EngramHistory* history) const;
   Status hash(const int32_t* tokens, int64_t num_tokens, int64_t start_pos, kv::EngramHistory* history,
               int64_t* out, const uint8_t* dead = nullptr) const;
 
