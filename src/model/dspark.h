@@ -77,9 +77,10 @@ class DSpark {
   static Result<std::unique_ptr<DSpark>> bind(const Checkpoint& checkpoint, const ModelWeights& main);
 
   // Appends each segment's context rows to its rings, then drafts a block for the segments that ask. The
-  // projections run once over all rows of the call (context rows, then block rows). Errors (bad arguments, a
-  // token outside the vocabulary, a draft at position 0, a state without DSpark rings) are reported before any
-  // state changes.
+  // projections run once over all rows of the call (context rows, then block rows). Errors in the segments (bad
+  // arguments, a token outside the vocabulary, a draft at position 0, a state without DSpark rings, a sequence
+  // twice) are reported before any state changes; a sampler returning an id outside the vocabulary fails the call
+  // after the context rows were appended.
   Status forward(const DSparkSegment* segments, int64_t num_segments, const ComputeContext& ctx, DSparkOutput* out,
                  const DraftSampler& sampler = {}) const;
 

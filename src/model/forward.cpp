@@ -192,6 +192,7 @@ struct DSparkCapture {
     if (rows.empty()) return;
     targets = config.dspark_target_layer_ids;
     std::sort(targets.begin(), targets.end());
+    targets.erase(std::unique(targets.begin(), targets.end()), targets.end());  // model.py captures a layer once
     width = static_cast<int64_t>(targets.size()) * config.dim;
     hidden.assign(rows.size() * static_cast<size_t>(width), 0.0f);
   }
