@@ -92,7 +92,7 @@ class AttentionLayer {
   // hidden states) -> FP8(rope(kv_norm(wkv(main_x)))) written into this layer's window ring of each segment at the
   // segment's positions. Only these rows ever enter a DSpark ring.
   Status dspark_write_context(const float* main_x, const DSparkAttentionSegment* segments, int64_t num_segments,
-                              const ComputeContext& ctx);
+                              const ComputeContext& ctx) const;
   // Draft block: x [rows, dim] (bf16 values), each segment's rows the block at positions e .. e + n - 1
   // (e = first_position). Every query of a block attends, non-causally, to the ring rows of positions
   // [e - window, e - 1] listed in slot order 0 .. min(window, e) - 1 (a slot holding another position is -1),

@@ -45,7 +45,7 @@ Status check_segments(const std::string& where, const DSparkAttentionSegment* se
 }  // namespace
 
 Status AttentionLayer::dspark_write_context(const float* main_x, const DSparkAttentionSegment* segments,
-                                            int64_t num_segments, const ComputeContext& ctx) {
+                                            int64_t num_segments, const ComputeContext& ctx) const {
   const std::string where = "DSpark attention layer " + std::to_string(layer_);
   if (ratio_ != 0) return Status::Error(where + ": not a window-only layer");
   if (main_x == nullptr || ctx.backend == nullptr) return Status::Error(where + ": bad arguments");
