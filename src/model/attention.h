@@ -37,7 +37,7 @@ struct AttentionSegment {
 // Consecutive rows of one sequence in a DSpark stage's attention call (model/dspark.h): rows at absolute
 // positions first_position .. first_position + num_rows - 1.
 struct DSparkAttentionSegment {
-  AttentionState* state = nullptr;
+  SequenceState* state = nullptr;
   int64_t first_position = 0;
   int64_t num_rows = 0;
 };

@@ -11,7 +11,7 @@
 #include "formats/quant.h"
 #include "kernels/sparse_attention.h"
 #include "model/attention.h"
-#include "model/attention_state.h"
+#include "model/csa2.h"
 #include "model/linear_ops.h"
 
 namespace dsflash {
@@ -35,7 +35,7 @@ Status check_segments(const std::string& where, const DSparkAttentionSegment* se
     }
     if (layer >= seg.state->num_layers() || seg.state->window(layer).window() != window ||
         seg.state->window(layer).head_dim() != head_dim) {
-      return Status::Error(seg_where + ": the attention state has no window ring for this DSpark stage");
+      return Status::Error(seg_where + ": the sequence state has no window ring for this DSpark stage");
     }
     *rows += seg.num_rows;
   }

@@ -126,9 +126,9 @@ Status DSpark::check(const DSparkSegment* segments, int64_t num_segments) const 
   for (int64_t i = 0; i < num_segments; ++i) {
     const DSparkSegment& seg = segments[i];
     const std::string where = "DSpark: segment " + std::to_string(i);
-    if (seg.state == nullptr) return Status::Error(where + " has no attention state");
+    if (seg.state == nullptr) return Status::Error(where + " has no sequence state");
     if (seg.state->num_layers() < needed_layers) {
-      return Status::Error(where + ": the attention state has " + std::to_string(seg.state->num_layers()) +
+      return Status::Error(where + ": the sequence state has " + std::to_string(seg.state->num_layers()) +
                            " layers, the DSpark stages need " + std::to_string(needed_layers));
     }
     if (seg.num_context < 0 || seg.first_position < 0) {

@@ -7,7 +7,7 @@
 //
 //   main_x   = main_norm(main_proj(main_hidden))                 [rows, dim] bf16; main_proj FP8 (mtp.0)
 //   context  : every stage s writes FP8(rope(kv_norm(wkv_s(main_x)))) of each row into its own window ring
-//              (AttentionState::window(n_layers + s)); nothing else ever enters these rings.
+//              (SequenceState::window(n_layers + s)); nothing else ever enters these rings.
 //   block    : ids [next_token, noise x (B-1)] at positions e .. e+B-1 (e = one past the last context row,
 //              B = dspark_block_size, noise = dspark_noise_token_id), embedded and expanded to hc streams (one-hot
 //              pre), then the stages run as Blocks (mHC, attention, MoE with the DSpark expert counts); the
@@ -36,7 +36,7 @@
 #include "core/status.h"
 #include "io/checkpoint.h"
 #include "kernels/linear.h"
-#include "model/attention_state.h"
+#include "model/csa2.h"
 #include "model/compute_context.h"
 #include "model/model_weights.h"
 
@@ -44,7 +44,7 @@ namespace dsflash {
 
 // One sequence's part of a DSpark call.
 struct DSparkSegment {
-  AttentionState* state = nullptr;   // the sequence's attention state (its DSpark rings are written)
+  SequenceState* state = nullptr;    // the sequence (kv::SequenceKv): its DSpark window rings are written
   const float* main_hidden = nullptr;  // [num_context, n_targets * dim] bf16 values (ForwardOutput::dspark_hidden)
   int64_t first_position = 0;        // absolute position of main_hidden's first row
   int64_t num_context = 0;           // rows appended to the rings, >= 0

@@ -23,7 +23,7 @@
 #include "model/dspark.h"
 #include "model/forward.h"
 #include "model/golden_tensors.h"
-#include "model/sequence.h"
+#include "model/test_sequences.h"
 
 namespace dsflash {
 namespace {
@@ -46,6 +46,8 @@ struct Model {
   std::unique_ptr<Checkpoint> checkpoint;
   std::unique_ptr<ModelWeights> weights;
   std::unique_ptr<DSpark> dspark;
+  std::unique_ptr<TestKv> kv;  // sequences for the tests
+  kv::SequenceLease open() { return kv->open(); }
 };
 
 Model& model_for(const std::string& name) {
@@ -60,6 +62,7 @@ Model& model_for(const std::string& name) {
     EXPECT_TRUE(weights.ok()) << weights.status().message();
     if (!weights.ok()) return m;
     m.weights = std::move(*weights);
+    m.kv = std::make_unique<TestKv>(m.checkpoint->config());
     auto dspark = DSpark::bind(*m.checkpoint, *m.weights);
     EXPECT_TRUE(dspark.ok()) << dspark.status().message();
     if (dspark.ok()) m.dspark = std::move(*dspark);
@@ -101,17 +104,16 @@ struct DraftRun {
 
 // model.py's loop: forward_spec(generated[0], main_hidden_prefill, 0) seeds the rings; step t appends the decode
 // row of position S+t and drafts from generated[t+1].
-Result<DraftRun> run_recorded(const Model& m, const Recorded& r, const ComputeContext& ctx) {
-  auto seq = SequenceState::create(m.checkpoint->config());
-  if (!seq.ok()) return seq.status();
+Result<DraftRun> run_recorded(Model& m, const Recorded& r, const ComputeContext& ctx) {
+  kv::SequenceLease seq = m.open();
   const int64_t S = static_cast<int64_t>(r.prompt.size()), width = m.dspark->hidden_width();
   DSparkOutput out;
-  DSparkSegment seed{&seq->attention(), r.hidden_prefill.data(), 0, S, false, 0};
+  DSparkSegment seed{seq.get(), r.hidden_prefill.data(), 0, S, false, 0};
   Status st = m.dspark->forward(&seed, 1, ctx, &out);
   if (!st.ok()) return st;
   DraftRun run;
   for (int64_t t = 0; t < r.steps(); ++t) {
-    DSparkSegment step{&seq->attention(), &r.hidden_decode[static_cast<size_t>(t * width)], S + t, 1, true,
+    DSparkSegment step{seq.get(), &r.hidden_decode[static_cast<size_t>(t * width)], S + t, 1, true,
                        r.generated[static_cast<size_t>(t + 1)]};
     st = m.dspark->forward(&step, 1, ctx, &out);
     if (!st.ok()) return st;
@@ -160,8 +162,7 @@ TEST_P(DSparkGolden, MainHiddenFromTheForwardBitForBit) {
   const Recorded r = load_recorded(name);
   ASSERT_FALSE(r.hidden_prefill.empty());
   const ComputeContext ctx = reference_ctx();
-  auto seq = SequenceState::create(m.checkpoint->config());
-  ASSERT_TRUE(seq.ok());
+  kv::SequenceLease seq = m.open();
   const int64_t S = static_cast<int64_t>(r.prompt.size()), width = m.dspark->hidden_width();
   RowOptions options;
   options.dspark_hidden = true;
@@ -190,8 +191,7 @@ TEST_P(DSparkGolden, MainHiddenFromTheForwardBitForBit) {
 
   // Fast kernels: within the hidden-state tolerance.
   ThreadPool pool(2);
-  auto fast_seq = SequenceState::create(m.checkpoint->config());
-  ASSERT_TRUE(fast_seq.ok());
+  kv::SequenceLease fast_seq = m.open();
   batch.clear();
   batch.add(*fast_seq, r.prompt.data(), S, options);
   st = forward(*m.weights, batch, ComputeContext::for_backend(best_backend(), &pool), &out);
@@ -210,8 +210,7 @@ TEST_P(DSparkGolden, EndToEndFirstDraftBitForBit) {
   ASSERT_TRUE(m.dspark);
   const Recorded r = load_recorded(name);
   const ComputeContext ctx = reference_ctx();
-  auto seq = SequenceState::create(m.checkpoint->config());
-  ASSERT_TRUE(seq.ok());
+  kv::SequenceLease seq = m.open();
   const int64_t S = static_cast<int64_t>(r.prompt.size()), B = m.dspark->block_size();
   RowOptions options;
   options.dspark_hidden = true;
@@ -221,7 +220,7 @@ TEST_P(DSparkGolden, EndToEndFirstDraftBitForBit) {
   ForwardOutput main;
   ASSERT_TRUE(forward(*m.weights, batch, ctx, &main).ok());
   DSparkOutput drafts;
-  DSparkSegment seed{&seq->attention(), main.dspark_hidden.data(), 0, S, false, 0};
+  DSparkSegment seed{seq.get(), main.dspark_hidden.data(), 0, S, false, 0};
   ASSERT_TRUE(m.dspark->forward(&seed, 1, ctx, &drafts).ok());
   batch.clear();
   batch.add(*seq, &r.generated[0], 1, options);
@@ -229,7 +228,7 @@ TEST_P(DSparkGolden, EndToEndFirstDraftBitForBit) {
   int64_t best = 0;
   for (int64_t v = 1; v < m.checkpoint->config().vocab_size; ++v) best = main.logits[v] > main.logits[best] ? v : best;
   ASSERT_EQ(best, r.generated[1]);
-  DSparkSegment step{&seq->attention(), main.dspark_hidden.data(), S, 1, true, static_cast<int32_t>(best)};
+  DSparkSegment step{seq.get(), main.dspark_hidden.data(), S, 1, true, static_cast<int32_t>(best)};
   ASSERT_TRUE(m.dspark->forward(&step, 1, ctx, &drafts).ok());
   EXPECT_EQ(std::vector<int64_t>(drafts.output_ids.begin(), drafts.output_ids.end()),
             std::vector<int64_t>(r.output_ids.begin(), r.output_ids.begin() + B + 1));
@@ -326,26 +325,21 @@ TEST(DSpark, BatchedDraftsEqualAlone) {
   for (const ComputeContext& ctx : {reference_ctx(), ComputeContext::for_backend(best_backend(), &pool)}) {
     SCOPED_TRACE(ctx.backend->name);
     // Sequence a: the prompt's first 40 rows; sequence b: the whole prompt (ring wrapped), then one decode row.
-    auto make = [&]() {
-      auto seq = SequenceState::create(m.checkpoint->config());
-      EXPECT_TRUE(seq.ok());
-      return std::move(*seq);
-    };
-    SequenceState a1 = make(), b1 = make(), a2 = make(), b2 = make();
+    kv::SequenceLease a1 = m.open(), b1 = m.open(), a2 = m.open(), b2 = m.open();
     const int64_t S = static_cast<int64_t>(r.prompt.size());
     DSparkOutput alone_a, alone_b, both;
-    DSparkSegment sa{&a1.attention(), r.hidden_prefill.data(), 0, 40, true, 7};
+    DSparkSegment sa{a1.get(), r.hidden_prefill.data(), 0, 40, true, 7};
     ASSERT_TRUE(m.dspark->forward(&sa, 1, ctx, &alone_a).ok());
-    DSparkSegment seed{&b1.attention(), r.hidden_prefill.data(), 0, S, false, 0};
+    DSparkSegment seed{b1.get(), r.hidden_prefill.data(), 0, S, false, 0};
     DSparkOutput ignored;
     ASSERT_TRUE(m.dspark->forward(&seed, 1, ctx, &ignored).ok());
-    DSparkSegment sb{&b1.attention(), r.hidden_decode.data(), S, 1, true, r.generated[1]};
+    DSparkSegment sb{b1.get(), r.hidden_decode.data(), S, 1, true, r.generated[1]};
     ASSERT_TRUE(m.dspark->forward(&sb, 1, ctx, &alone_b).ok());
 
-    seed.state = &b2.attention();
+    seed.state = b2.get();
     ASSERT_TRUE(m.dspark->forward(&seed, 1, ctx, &ignored).ok());
-    DSparkSegment pair[2] = {{&a2.attention(), r.hidden_prefill.data(), 0, 40, true, 7},
-                             {&b2.attention(), r.hidden_decode.data(), S, 1, true, r.generated[1]}};
+    DSparkSegment pair[2] = {{a2.get(), r.hidden_prefill.data(), 0, 40, true, 7},
+                             {b2.get(), r.hidden_decode.data(), S, 1, true, r.generated[1]}};
     ASSERT_TRUE(m.dspark->forward(pair, 2, ctx, &both).ok());
     ASSERT_EQ(both.drafts.size(), 2u);
     EXPECT_EQ(both.drafts[1].segment, 1);
@@ -371,21 +365,19 @@ TEST(DSpark, ContextRowByRowEqualsOneCall) {
   const Recorded r = load_recorded("tiny-b");
   const ComputeContext ctx = reference_ctx();
   const int64_t S = static_cast<int64_t>(r.prompt.size()), width = m.dspark->hidden_width();
-  auto one = SequenceState::create(m.checkpoint->config());
-  auto rows = SequenceState::create(m.checkpoint->config());
-  ASSERT_TRUE(one.ok() && rows.ok());
+  kv::SequenceLease one = m.open(), rows = m.open();
   DSparkOutput out_one, out_rows;
-  DSparkSegment all{&one->attention(), r.hidden_prefill.data(), 0, S, true, r.generated[0]};
+  DSparkSegment all{one.get(), r.hidden_prefill.data(), 0, S, true, r.generated[0]};
   ASSERT_TRUE(m.dspark->forward(&all, 1, ctx, &out_one).ok());
   for (int64_t p = 0; p < S; ++p) {
-    DSparkSegment seg{&rows->attention(), &r.hidden_prefill[static_cast<size_t>(p * width)], p, 1, p == S - 1,
+    DSparkSegment seg{rows.get(), &r.hidden_prefill[static_cast<size_t>(p * width)], p, 1, p == S - 1,
                       r.generated[0]};
     ASSERT_TRUE(m.dspark->forward(&seg, 1, ctx, &out_rows).ok());
   }
   const ModelConfig& config = m.checkpoint->config();
   for (int s = 0; s < m.dspark->num_stages(); ++s) {
-    const WindowRing& a = one->attention().window(config.n_layers + s);
-    const WindowRing& b = rows->attention().window(config.n_layers + s);
+    const WindowRing& a = one->window(config.n_layers + s);
+    const WindowRing& b = rows->window(config.n_layers + s);
     for (int slot = 0; slot < a.window(); ++slot) {
       EXPECT_EQ(a.slot_position(slot), b.slot_position(slot));
       EXPECT_EQ(0, std::memcmp(a.slot_codes(slot), b.slot_codes(slot), static_cast<size_t>(a.head_dim())));
@@ -435,13 +427,12 @@ TEST(DSpark, RejectsBadSegmentsBeforeAnyChange) {
   ASSERT_TRUE(m.dspark);
   const Recorded r = load_recorded("tiny-b");
   const ComputeContext ctx = reference_ctx();
-  auto seq = SequenceState::create(m.checkpoint->config());
-  ASSERT_TRUE(seq.ok());
+  kv::SequenceLease seq = m.open();
   DSparkOutput out;
   const int first = m.dspark->first_layer();
   auto untouched = [&] {
     for (int s = 0; s < m.dspark->num_stages(); ++s) {
-      const WindowRing& ring = seq->attention().window(first + s);
+      const WindowRing& ring = seq->window(first + s);
       for (int slot = 0; slot < ring.window(); ++slot) {
         if (ring.slot_position(slot) != -1) return false;
       }
@@ -451,11 +442,11 @@ TEST(DSpark, RejectsBadSegmentsBeforeAnyChange) {
   const int32_t vocab = static_cast<int32_t>(m.checkpoint->config().vocab_size);
   const std::vector<DSparkSegment> bad = {
       {nullptr, r.hidden_prefill.data(), 0, 4, false, 0},             // no state
-      {&seq->attention(), nullptr, 0, 4, false, 0},                   // no rows
-      {&seq->attention(), r.hidden_prefill.data(), 0, 0, true, 3},    // draft at position 0
-      {&seq->attention(), r.hidden_prefill.data(), 0, 4, true, vocab},  // token outside the vocabulary
-      {&seq->attention(), r.hidden_prefill.data(), 0, 0, false, 0},   // nothing to do
-      {&seq->attention(), r.hidden_prefill.data(), -1, 4, false, 0},  // negative position
+      {seq.get(), nullptr, 0, 4, false, 0},                   // no rows
+      {seq.get(), r.hidden_prefill.data(), 0, 0, true, 3},    // draft at position 0
+      {seq.get(), r.hidden_prefill.data(), 0, 4, true, vocab},  // token outside the vocabulary
+      {seq.get(), r.hidden_prefill.data(), 0, 0, false, 0},   // nothing to do
+      {seq.get(), r.hidden_prefill.data(), -1, 4, false, 0},  // negative position
   };
   for (size_t i = 0; i < bad.size(); ++i) {
     const Status st = m.dspark->forward(&bad[i], 1, ctx, &out);
@@ -463,8 +454,8 @@ TEST(DSpark, RejectsBadSegmentsBeforeAnyChange) {
     EXPECT_TRUE(untouched()) << "case " << i;
   }
   // A sequence twice in one call.
-  const DSparkSegment twice[2] = {{&seq->attention(), r.hidden_prefill.data(), 0, 4, false, 0},
-                                  {&seq->attention(), r.hidden_prefill.data(), 4, 4, false, 0}};
+  const DSparkSegment twice[2] = {{seq.get(), r.hidden_prefill.data(), 0, 4, false, 0},
+                                  {seq.get(), r.hidden_prefill.data(), 4, 4, false, 0}};
   EXPECT_FALSE(m.dspark->forward(twice, 2, ctx, &out).ok());
   EXPECT_TRUE(untouched());
   // A model without DSpark.
@@ -485,8 +476,7 @@ TEST(DSpark, ForwardHiddenRowsPerSegment) {
   const ComputeContext ctx = reference_ctx();
   const ModelConfig& config = m.checkpoint->config();
   const int64_t width = m.dspark->hidden_width();
-  auto a = SequenceState::create(config), b = SequenceState::create(config), c = SequenceState::create(config);
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  kv::SequenceLease a = m.open(), b = m.open(), c = m.open();
   RowOptions ask;
   ask.dspark_hidden = true;
   RowOptions ask_tail = ask;
@@ -513,8 +503,8 @@ TEST(DSpark, ForwardHiddenRowsPerSegment) {
   ASSERT_TRUE(plain.ok());
   auto plain_weights = ModelWeights::bind(*plain);
   ASSERT_TRUE(plain_weights.ok());
-  auto d = SequenceState::create(plain->config());
-  ASSERT_TRUE(d.ok());
+  TestKv plain_kv(plain->config());
+  kv::SequenceLease d = plain_kv.open();
   batch.clear();
   batch.add(*d, r.prompt.data(), 3, ask);
   EXPECT_FALSE(forward(**plain_weights, batch, ctx, &out).ok());
