@@ -136,6 +136,7 @@ void HttpServer::route() {
   s.set_read_timeout(30, 0);
   s.set_write_timeout(30, 0);
   s.set_keep_alive_max_count(1000);
+  s.set_keep_alive_timeout(2);
   // Authentication before routing (every path but /health).
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.path == "/health" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
