@@ -116,6 +116,8 @@ class Scheduler {
   bool has_work() const { return !waiting_.empty() || !running_.empty() || !pending_finish_.empty(); }
 
   const RequestRecord* record(RequestId id) const;
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_queued() const { return static_cast<int64_t>(queue_.size()); }
   kv::KvStats kv_stats() const { return kv_->stats(); }
   const kv::KvLayout& kv_layout() const { return kv_->layout(); }
   const StepStats& last_step() const { return last_step_; }
