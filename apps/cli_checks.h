@@ -23,4 +23,14 @@ inline CLI::Validator whole_number_at_least(long long minimum) {
       "N>=" + std::to_string(minimum), "WholeNumberAtLeast");
 }
 
+// The prefix-cache options shared by logits, generate, serve and bench.
+inline void add_prefix_cache_options(CLI::App* cmd, std::string* cache_dir, int64_t* cache_disk_bytes,
+                                     bool* no_prefix_cache) {
+  cmd->add_option("--cache-dir", *cache_dir,
+                  "prefix cache SSD tier: keeps prompts' global KV across runs (created if missing)");
+  cmd->add_option("--cache-disk-bytes", *cache_disk_bytes, "byte budget of the SSD tier (default 16 GiB)")
+      ->check(whole_number_at_least(0));
+  cmd->add_flag("--no-prefix-cache", *no_prefix_cache, "no prefix cache at all (not even the RAM tier)");
+}
+
 }  // namespace dsflash::cli

@@ -24,8 +24,10 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     int64_t max_tokens = 64;
     SamplingParams sampling;
     std::vector<std::string> stops;
-    bool reference = false, ids = false, stats = false, exact = false;
+    bool reference = false, ids = false, stats = false, exact = false, no_prefix_cache = false;
     int threads = 0;
+    std::string cache_dir;
+    int64_t cache_disk_bytes = int64_t{16} << 30;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("generate", "generate tokens from a prompt, streamed to stdout");
@@ -48,6 +50,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
   cmd->add_flag("--exact", options->exact, "official full forward (all layers on all prompt tokens)");
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
+  add_prefix_cache_options(cmd, &options->cache_dir, &options->cache_disk_bytes, &options->no_prefix_cache);
   cmd->callback([options, exit_code] {
     auto fail = [exit_code](const std::string& message) {
       std::cerr << "dsflash generate: " << message << "\n";
@@ -56,6 +59,9 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     const int sources = !options->prompt.empty() + !options->tokens.empty() + !options->tokens_file.empty();
     if (sources != 1) return fail("give exactly one of -p, --tokens, --tokens-file");
     LoadOptions load;
+    load.prefix_cache = !options->no_prefix_cache;
+    load.cache_dir = options->cache_dir;
+    load.cache_disk_bytes = options->cache_disk_bytes;
     load.reference_kernels = options->reference;
     load.num_threads = options->threads;
     auto engine = Engine::load(options->model_dir, load);

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -61,7 +62,9 @@ Result<std::vector<int32_t>> read_prompt_ids(const std::string& tokens, const st
 
 void add_logits_command(CLI::App& app, int* exit_code) {
   struct Options {
-    std::string model_dir, tokens, tokens_file, out, follow;
+    std::string model_dir, tokens, tokens_file, out, follow, cache_dir;
+    int64_t cache_disk_bytes = int64_t{16} << 30;
+    bool no_prefix_cache = false;
     int64_t steps = 0;
     bool exact = false, reference = false;
     int threads = 0;
@@ -79,6 +82,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--follow", options->follow, "ids fed at the decode steps instead of the greedy choice");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels (the oracle), single-threaded");
   cmd->add_option("--threads", options->threads, "worker threads of the fast path (0 = all)");
+  add_prefix_cache_options(cmd, &options->cache_dir, &options->cache_disk_bytes, &options->no_prefix_cache);
   cmd->callback([options, exit_code] {
     auto fail = [exit_code](const Status& s) {
       std::cerr << "dsflash logits: " << s.message() << "\n";
@@ -97,7 +101,11 @@ void add_logits_command(CLI::App& app, int* exit_code) {
       return fail(Status::Error("--follow gives " + std::to_string(follow.size()) + " ids but " +
                                 std::to_string(options->steps) + " decode steps need one each"));
     }
+    const auto started = std::chrono::steady_clock::now();
     LoadOptions load;
+    load.prefix_cache = !options->no_prefix_cache;
+    load.cache_dir = options->cache_dir;
+    load.cache_disk_bytes = options->cache_disk_bytes;
     load.reference_kernels = options->reference;
     load.num_threads = options->threads;
     // One chunk for the whole prompt (the rows do not depend on it; one chunk is the official call shape).
@@ -112,6 +120,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     request.return_logits = true;
     request.follow_ids = follow;
     request.detokenize = false;
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     auto run = (*engine)->generate(std::move(request));
     if (!run.ok()) return fail(Status::Error(run.error().message));
     std::ofstream out(options->out, std::ios::binary);
@@ -128,6 +137,8 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     line["kernels"] = (*engine)->info().kernels;
     line["plan"] = options->exact ? "exact" : "bounded-replay";
     line["out"] = options->out;
+    line["cached_tokens"] = run->usage.cached_tokens;  // prompt tokens whose global KV came from the prefix cache
+    line["ttft_s"] = load_s + run->first_token_s;      // load + replay + suffix prefill + first logits
     std::cout << line.dump() << std::endl;
     *exit_code = 0;
   });

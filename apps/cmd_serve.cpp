@@ -28,6 +28,8 @@ struct ServeOptions {
   int64_t kv_mib = 1024;
   int threads = 0;
   bool reference = false;
+  int64_t cache_disk_bytes = int64_t{16} << 30;
+  bool no_prefix_cache = false;
 };
 
 // The last path component of the model directory ("DeepSeek-V4.1-Flash").
@@ -51,16 +53,6 @@ int run_serve(ServeOptions o) {
 
   if (o.server.served_name.empty()) o.server.served_name = served_name_of(o.model_dir);
   o.server.http_threads = static_cast<int>(std::max<int64_t>(16, o.max_queue + 8));
-  if (!o.server.cache_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.server.cache_dir, ec);
-    if (ec) {
-      std::cerr << "dsflash serve: cannot create --cache-dir " << o.server.cache_dir << ": " << ec.message() << "\n";
-      return 1;
-    }
-    std::cerr << "dsflash serve: --cache-dir " << o.server.cache_dir
-              << " noted; this engine has no persistent prefix cache yet\n";
-  }
   server::HttpServer http(o.server);
   const int port = http.bind();
   if (port < 0) {
@@ -84,6 +76,9 @@ int run_serve(ServeOptions o) {
   load.max_requests = static_cast<int>(o.max_queue);
   load.kv_budget_bytes = o.kv_mib << 20;
   load.require_tokenizer = true;
+  load.prefix_cache = !o.no_prefix_cache;
+  load.cache_dir = o.server.cache_dir;  // a directory that cannot be used switches the SSD tier off (said once)
+  load.cache_disk_bytes = o.cache_disk_bytes;
   int last_percent = -1;
   auto engine = Engine::load(o.model_dir, load, [&](const LoadProgress& p) {
     http.set_load_progress(p);
@@ -123,7 +118,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--host", options->server.host, "address to bind (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", options->server.port, "port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", options->server.api_key, "require this key (Authorization: Bearer or x-api-key)");
-  cmd->add_option("--cache-dir", options->server.cache_dir, "prefix-cache directory");
+  add_prefix_cache_options(cmd, &options->server.cache_dir, &options->cache_disk_bytes, &options->no_prefix_cache);
   cmd->add_option("--ctx-size", options->server.context_tokens, "prompt + max_tokens per request (0: the model's)")
       ->check(whole_number_at_least(0));
   cmd->add_option("--max-batch", options->max_batch, "requests prefilling or decoding at once")->check(whole_number_at_least(1));

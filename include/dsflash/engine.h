@@ -43,6 +43,14 @@ struct LoadOptions {
   int max_requests = 1024;                 // requests in flight (queued + running); beyond: kOverloaded
   bool profile_steps = false;              // StepRecord::phase_ns filled (costs a clock read per phase change)
   bool require_tokenizer = false;          // fail the load when tokenizer.json is missing (else ids-only)
+  // Prefix cache (global KV of whole 64-token prompt blocks, spec §7): RAM tier in the KV budget (cached blocks,
+  // evicted LRU), plus an SSD tier when cache_dir is set. Bounded-replay requests only (Plan::kExact never uses it).
+  bool prefix_cache = true;
+  std::string cache_dir;                             // empty: no SSD tier
+  int64_t cache_disk_bytes = int64_t{16} << 30;      // SSD tier byte budget (record files)
+  // Called (from the engine's thread) with each message the cache says once: the SSD tier switched off (missing or
+  // read-only directory, disk full), a damaged record removed. Null: written to stderr.
+  std::function<void(const std::string&)> on_notice;
 };
 
 struct LoadProgress {
@@ -83,7 +91,7 @@ const char* finish_reason_name(FinishReason reason);  // "length", "stop", "canc
 
 struct Usage {
   int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;     // prompt tokens restored from a prefix cache (0: no prefix cache yet)
+  int64_t cached_tokens = 0;     // prompt tokens whose global KV came from the prefix cache
   int64_t generated_tokens = 0;  // ids the model produced, a matched stop id included
 };
 
@@ -148,6 +156,7 @@ struct Completion {
   FinishReason finish_reason = FinishReason::kLength;
   Usage usage;
   int64_t global_kv_bytes = 0;
+  double first_token_s = 0.0;      // from submit() to the first token (prefill, including any prefix-cache replay)
 };
 
 struct ModelInfo {
@@ -184,7 +193,7 @@ struct StepRecord {
 inline constexpr const char* kStepPhaseNames[4] = {"other", "linear", "indexer", "attention"};
 
 // A snapshot of the engine's load (for a server's metrics and health), published by the loop thread after each
-// step. The prefix cache fields stay empty / false until a prefix cache exists.
+// step.
 struct PrefixCacheTierStats {
   std::string tier;        // "ram", "disk", ...
   int64_t hits = 0;        // lookups that restored blocks from this tier

@@ -101,7 +101,22 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   }
   report("tokenizer", 0.95);
 
+  if (options.prefix_cache) {
+    auto layout = kv::KvLayout::from_config(impl->runner->config(), options.kv_block_tokens);
+    if (!layout.ok()) return load_error(layout.status().message());
+    auto fingerprint = prefix::fingerprint_checkpoint(impl->runner->checkpoint());
+    if (!fingerprint.ok()) return load_error(fingerprint.status().message());
+    prefix::PrefixCacheOptions cache_options;
+    cache_options.cache_dir = options.cache_dir;
+    cache_options.disk_budget_bytes = options.cache_disk_bytes;
+    impl->prefix_cache = std::make_unique<prefix::PrefixCache>(*fingerprint, *layout, cache_options);
+    impl->on_notice = options.on_notice;
+    impl->say_cache_notices();
+  }
+  report("prefix cache", 0.97);
+
   engine::SchedulerOptions scheduler_options;
+  scheduler_options.prefix_cache = impl->prefix_cache.get();
   scheduler_options.kv_budget_bytes = options.kv_budget_bytes;
   scheduler_options.kv_block_tokens = options.kv_block_tokens;
   scheduler_options.max_running = options.max_running;
@@ -271,10 +286,14 @@ void Engine::cancel(RequestId id) {
 }
 
 Expected<Completion> Engine::generate(GenerationRequest request) {
+  const auto submitted = std::chrono::steady_clock::now();
   auto handle = submit(std::move(request));
   if (!handle.ok()) return handle.error();
   Completion c;
   while (auto event = handle->next()) {
+    if (event->kind == EventKind::kToken && c.tokens.empty()) {
+      c.first_token_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
+    }
     switch (event->kind) {
       case EventKind::kPromptLogits:
         c.logits.insert(c.logits.end(), event->logits.begin(), event->logits.end());
@@ -329,9 +348,31 @@ void Engine::Impl::run_loop() {
 
 // ---- load snapshot (Engine::stats) ----
 
+void Engine::Impl::say_cache_notices() {
+  if (prefix_cache == nullptr) return;
+  for (const std::string& notice : prefix_cache->take_notices()) {
+    if (on_notice) {
+      on_notice(notice);
+    } else {
+      std::fprintf(stderr, "%s\n", notice.c_str());
+    }
+  }
+}
+
 void Engine::Impl::publish_stats() {
   const kv::KvStats kv = scheduler->kv_stats();
+  say_cache_notices();
+  std::vector<PrefixCacheTierStats> tiers;
+  if (prefix_cache != nullptr) {
+    const prefix::PrefixCacheStats c = prefix_cache->stats();
+    tiers.push_back(PrefixCacheTierStats{"ram", c.ram_hit_blocks, 0, kv.cached_bytes});
+    if (c.disk_enabled) {
+      tiers.push_back(PrefixCacheTierStats{"disk", c.disk.hits, c.disk.misses, c.disk.bytes});
+    }
+  }
   std::lock_guard<std::mutex> lock(mutex);
+  published_stats.prefix_cache = prefix_cache != nullptr;
+  published_stats.prefix_tiers = std::move(tiers);
   published_stats.requests_running = scheduler->num_running();
   published_stats.kv_used_bytes = kv.used_bytes;
   published_stats.kv_budget_bytes = kv.budget_bytes;
@@ -445,6 +486,7 @@ void Engine::Impl::finish(engine::RequestId sid, FinishReason reason, std::optio
   if (it == active.end() || it->second.output->finished()) return;
   const engine::RequestRecord* rec = scheduler->record(sid);
   std::vector<Event> out;
+  if (rec != nullptr) it->second.output->set_cached_tokens(rec->cached_tokens);
   it->second.output->finish(reason, std::move(error), rec != nullptr ? rec->global_kv_bytes : 0, &out);
   for (Event& e : out) it->second.channel->push(std::move(e));
   std::lock_guard<std::mutex> lock(mutex);
@@ -460,6 +502,8 @@ void Engine::Impl::shut_down() {
   }
   active.clear();
   scheduler_ids.clear();
+  if (prefix_cache != nullptr) prefix_cache->flush();  // the SSD writer's queue reaches the disk
+  say_cache_notices();
 }
 
 }  // namespace dsflash

@@ -19,6 +19,7 @@
 #include "engine/model_runner.h"
 #include "engine/request_output.h"
 #include "engine/scheduler.h"
+#include "prefix/prefix_cache.h"
 #include "kv/kv_layout.h"
 #include "model/compute_context.h"
 #include "tokenizer/tokenizer.h"
@@ -35,6 +36,7 @@ struct Engine::Impl {
 
   // Loop thread only.
   StepProfile profile;  // the scheduler's ComputeContext points here when options.profile_steps
+  std::unique_ptr<prefix::PrefixCache> prefix_cache;  // null: off
   std::unique_ptr<engine::Scheduler> scheduler;
   struct Active {
     std::unique_ptr<engine::RequestOutput> output;
@@ -74,6 +76,8 @@ struct Engine::Impl {
   void finish(engine::RequestId sid, FinishReason reason, std::optional<EngineError> error);
   void shut_down();
   void publish_stats();
+  void say_cache_notices();  // the prefix cache's one-time messages, to on_notice or stderr
+  std::function<void(const std::string&)> on_notice;
 };
 
 }  // namespace dsflash

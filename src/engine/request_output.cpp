@@ -12,7 +12,6 @@ RequestOutput::RequestOutput(dsflash::RequestId id, const Tokenizer* tokenizer, 
   }
   if (tokenizer != nullptr && request.parse_output) parser_.emplace(request.thinking);
   usage_.prompt_tokens = prompt_tokens;
-  usage_.cached_tokens = 0;  // no prefix cache yet
 }
 
 dsflash::Event RequestOutput::make(EventKind kind) const {

@@ -28,6 +28,8 @@ class RequestOutput {
   void finish(dsflash::FinishReason reason, std::optional<EngineError> error, int64_t global_kv_bytes,
               std::vector<dsflash::Event>* out);
 
+  // Prompt tokens the prefix cache restored (reported in the usage of kFinished).
+  void set_cached_tokens(int64_t tokens) { usage_.cached_tokens = tokens; }
   bool stop_string_matched() const { return stops_.matched(); }
   bool finished() const { return finished_; }
   dsflash::RequestId id() const { return id_; }

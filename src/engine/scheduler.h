@@ -117,7 +117,7 @@ class Scheduler {
 
   const RequestRecord* record(RequestId id) const;
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
-  int64_t num_queued() const { return static_cast<int64_t>(queue_.size()); }
+  int64_t num_queued() const { return static_cast<int64_t>(waiting_.size()); }
   kv::KvStats kv_stats() const { return kv_->stats(); }
   const kv::KvLayout& kv_layout() const { return kv_->layout(); }
   const StepStats& last_step() const { return last_step_; }
