@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iostream>
 #include <filesystem>
 
 #include "engine/sampler.h"
@@ -354,7 +355,7 @@ void Engine::Impl::say_cache_notices() {
     if (on_notice) {
       on_notice(notice);
     } else {
-      std::fprintf(stderr, "%s\n", notice.c_str());
+      std::cerr << notice << std::endl;
     }
   }
 }
