@@ -12,6 +12,10 @@
 //                         matmul, with its activation quantisation), other (norms, mHC, rope, routing, Engram,
 //                         compressor arithmetic);
 //   peak RSS              getrusage maximum resident set.
+// --prefix-cache measures only time to first token per -p length N, cold vs a prefix-cache hit: cold = a fresh
+// N-token prompt; hit = an N-token prompt whose first N - 64 tokens were stored by an earlier request (so the
+// cache restores them and Encoder SWA Bounded Replay replays one window), both from submit to the first token
+// on a loaded engine. Every other figure runs with the prefix cache off (repeated prompts must not hit it).
 // Everything runs through the Engine (include/dsflash/engine.h): each figure is one or more requests, timed by the
 // engine's step records (StepRecord: the wall time of each step and what it computed), so decode figures count
 // only pure decode steps (no prefill in them). The step profile is on for the whole run (a clock read per phase
@@ -52,6 +56,7 @@ struct BenchOptions {
   int threads = 0;
   int64_t reserve_context = 1048576;
   bool json = false;
+  bool prefix_cache = false;  // only the prefix-cache TTFT figures
 };
 
 struct Sample {
@@ -96,6 +101,19 @@ EngineError bench_error(const std::string& message) { return EngineError{ErrorCo
 class Bench {
  public:
   explicit Bench(Engine& engine) : engine_(engine) {}
+
+  // Seconds from submit to the first token of `prompt` (default plan), and the prompt tokens the cache restored.
+  Expected<double> time_to_first_token(const std::vector<int32_t>& prompt, int64_t max_tokens, int64_t* cached) {
+    GenerationRequest request;
+    request.prompt_ids = prompt;
+    request.max_tokens = max_tokens;
+    request.stop_at_eos = false;
+    request.detokenize = false;
+    auto done = engine_.generate(std::move(request));
+    if (!done.ok()) return done.error();
+    if (cached != nullptr) *cached = done->usage.cached_tokens;
+    return done->first_token_s;
+  }
 
   // Prefill seconds of `prompt` in `plan` (the sum of the request's steps); the global KV bytes it held.
   Expected<double> prefill(const std::vector<int32_t>& prompt, Plan plan, int64_t* global_bytes) {
@@ -166,6 +184,7 @@ int run_bench(const BenchOptions& o) {
   lo.prefill_tokens_per_step = o.chunk;
   lo.max_running = static_cast<int>(std::max<int64_t>(1, *std::max_element(o.batches.begin(), o.batches.end())));
   lo.profile_steps = true;
+  lo.prefix_cache = o.prefix_cache;
   auto engine = Engine::load(o.model_dir, lo);
   if (!engine.ok()) {
     std::cerr << "dsflash bench: " << engine.error().message << "\n";
@@ -193,9 +212,38 @@ int run_bench(const BenchOptions& o) {
     return 1;
   };
 
+  // Prefix cache: time to first token cold vs hit.
+  for (int64_t n : o.prefix_cache ? o.prompt_lengths : std::vector<int64_t>{}) {
+    std::vector<double> cold, hit, ratio;
+    int64_t cached = 0;
+    for (int r = 0; r < o.repetitions; ++r) {
+      const uint32_t seed = static_cast<uint32_t>(1000 * n + 2 * r);
+      auto t_cold = bench.time_to_first_token(random_prompt(n, info.vocab_size, seed), 1, nullptr);
+      if (!t_cold.ok()) return fail(t_cold.error());
+      // An earlier request writes the first n - 64 tokens (+1, so their blocks are whole), then the hit.
+      std::vector<int32_t> prompt = random_prompt(n, info.vocab_size, seed + 1);
+      const int64_t stored = std::max<int64_t>(0, n - 64);
+      auto t_store = bench.time_to_first_token(std::vector<int32_t>(prompt.begin(), prompt.begin() + stored + 1), 1,
+                                               nullptr);
+      if (!t_store.ok()) return fail(t_store.error());
+      auto t_hit = bench.time_to_first_token(prompt, 1, &cached);
+      if (!t_hit.ok()) return fail(t_hit.error());
+      cold.push_back(*t_cold);
+      hit.push_back(*t_hit);
+      ratio.push_back(*t_hit / *t_cold);
+    }
+    const Sample c = summarize(cold), h = summarize(hit), q = summarize(ratio);
+    rows.push_back({"ttft pp" + std::to_string(n) + " cold (s)", fmt(c, 3)});
+    rows.push_back({"ttft pp" + std::to_string(n) + " hit of " + std::to_string(cached) + " (s)", fmt(h, 3)});
+    rows.push_back({"ttft pp" + std::to_string(n) + " hit/cold", fmt(q, 4)});
+    j["prefix_cache"][std::to_string(n)] = {{"ttft_cold_s", c.mean}, {"ttft_cold_sd", c.sd},
+                                            {"ttft_hit_s", h.mean},   {"ttft_hit_sd", h.sd},
+                                            {"hit_over_cold", q.mean}, {"cached_tokens", cached}};
+  }
+
   // Prefill, default and exact, side by side per repetition (same prompt).
   int64_t kv_bytes_longest = 0, kv_positions_longest = 0;
-  for (int64_t n : o.prompt_lengths) {
+  for (int64_t n : o.prefix_cache ? std::vector<int64_t>{} : o.prompt_lengths) {
     const std::vector<int32_t> prompt = random_prompt(n, info.vocab_size, static_cast<uint32_t>(n));
     std::vector<double> tps_default, tps_exact, ratio;
     for (int r = 0; r < o.repetitions; ++r) {
@@ -230,6 +278,7 @@ int run_bench(const BenchOptions& o) {
   if (depths.empty() && !o.prompt_lengths.empty()) {
     depths.push_back(*std::min_element(o.prompt_lengths.begin(), o.prompt_lengths.end()));
   }
+  if (o.prefix_cache) depths.clear();
   for (int64_t depth : depths) {
     for (int64_t batch : o.batches) {
       // One run decoding every repetition's tokens; its pure decode steps split into repetitions of -n steps.
@@ -255,7 +304,7 @@ int run_bench(const BenchOptions& o) {
   // One batch-1 decode step at each breakdown depth; the smallest depth is the context-free reference.
   std::vector<int64_t> bd;
   for (int64_t depth : o.breakdown_depths) {
-    if (depth > 0) bd.push_back(depth);  // 0: none
+    if (depth > 0 && !o.prefix_cache) bd.push_back(depth);  // 0: none
   }
   std::sort(bd.begin(), bd.end());
   double base_step = 0;
@@ -355,6 +404,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-t,--threads", options->threads, "worker threads (0: one per hardware thread)");
   cmd->add_option("--reserve-context", options->reserve_context, "context whose global-KV reservation is reported");
   cmd->add_flag("--json", options->json, "one JSON object instead of the table");
+  cmd->add_flag("--prefix-cache", options->prefix_cache,
+                "only time to first token, cold vs a prefix-cache hit of all but the last 64 prompt tokens");
   cmd->callback([options, exit_code]() {
     if (options->repetitions < 1 || options->decode_tokens < 1 || options->chunk < 1) {
       std::cerr << "dsflash bench: -r, -n and --chunk must be >= 1\n";
