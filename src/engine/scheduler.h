@@ -131,7 +131,9 @@ class Scheduler {
 
   Scheduler(const ModelWeights& weights, const ComputeContext& ctx, const SchedulerOptions& options,
          std::unique_ptr<kv::KvCacheManager> kv)
-      : weights_(weights), ctx_(ctx), options_(options), kv_(std::move(kv)) {}
+      : weights_(weights), ctx_(ctx), options_(options), kv_(std::move(kv)) {
+    ctx_.workspace = &workspace_;  // the scheduler's own step scratch (one thread runs its steps)
+  }
 
   Status admit();
   // Reserves the KV of `rows` more positions for `r`, preempting the newest running request while the budget
@@ -146,6 +148,8 @@ class Scheduler {
 
   const ModelWeights& weights_;
   ComputeContext ctx_;
+  Workspace workspace_;      // every forward's scratch; grows to the largest step shape, then reused
+  ForwardOutput step_out_;   // reused across steps (keeps the logits capacity)
   SchedulerOptions options_;
   std::unique_ptr<kv::KvCacheManager> kv_;
   RequestId next_id_ = 0;

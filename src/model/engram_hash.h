@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/workspace.h"
 #include "kv/state_storage.h"
 
 namespace dsflash {
@@ -67,8 +68,10 @@ class NgramHasher {
   // the per-column offsets (golden `prefill.engram_hash` layout); may be nullptr to only advance the history.
   // Look-back rule (engram.py): shift s = 0..N-1 reads position p-s; past the sequence start or at a dead
   // token the slot and every longer shift become pad. hash(order k) = (XOR_{s<k} t_s * m_s) % prime + offset.
+  // scratch: memory for the call's buffers, given back before it returns (nullptr: a private arena, which
+  // allocates).
   Status hash(const int32_t* tokens, int64_t num_tokens, int64_t start_pos, kv::EngramHistory* history,
-              int64_t* out, const uint8_t* dead = nullptr) const;
+              int64_t* out, const uint8_t* dead = nullptr, Arena* scratch = nullptr) const;
 
  private:
   EngramHashLayout layout_;
