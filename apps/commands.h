@@ -17,5 +17,6 @@ void add_tokenize_command(CLI::App& app, int* exit_code);
 void add_detokenize_command(CLI::App& app, int* exit_code);
 void add_render_command(CLI::App& app, int* exit_code);
 void add_parse_command(CLI::App& app, int* exit_code);
+void add_serve_command(CLI::App& app, int* exit_code);
 
 }  // namespace dsflash::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   dsflash::cli::add_detokenize_command(app, &exit_code);
   dsflash::cli::add_render_command(app, &exit_code);
   dsflash::cli::add_parse_command(app, &exit_code);
+  dsflash::cli::add_serve_command(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -15,8 +15,15 @@ for target in fuzz_tokenizer fuzz_output_parser; do
 done
 clang++ $flags "$repo/fuzz/fuzz_block_record.cpp" "$repo/src/prefix/block_record.cpp" "$repo/src/prefix/fingerprint.cpp" \
   "$repo"/src/io/*.cpp "$repo"/src/formats/*.cpp "$repo"/src/core/*.cpp -lxxhash -o "$out/fuzz_block_record"
+clang++ $flags -I"$repo/include" "$repo/fuzz/fuzz_server_requests.cpp" "$repo/src/server/json_fields.cpp" \
+  "$repo/src/server/api_error.cpp" "$repo/src/server/chat_request.cpp" "$repo/src/server/openai_request.cpp" \
+  "$repo/src/server/anthropic_request.cpp" $srcs $libs -o "$out/fuzz_server_requests"
 export DSFLASH_FUZZ_TOKENIZER="${DSFLASH_FUZZ_TOKENIZER:-$repo/../shared/tokenizer/deepseek_v41_tokenizer.reconstructed.json}"
-mkdir -p "$out/corpus_tokenizer" "$out/corpus_output_parser" "$out/corpus_block_record"
+mkdir -p "$out/corpus_tokenizer" "$out/corpus_output_parser" "$out/corpus_block_record" "$out/corpus_server_requests"
+# Request seeds: one small valid body per parser (selector byte first).
+printf '\x00{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"stream":true}' > "$out/corpus_server_requests/seed_chat"
+printf '\x01{"model":"m","prompt":"hi","max_tokens":3,"stop":["x"]}' > "$out/corpus_server_requests/seed_completion"
+printf '\x02{"model":"c","max_tokens":5,"system":"s","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"t"},{"type":"tool_use","id":"a","name":"f","input":{"x":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"ok"}]}]}' > "$out/corpus_server_requests/seed_messages"
 # Seeds: the committed test texts.
 python3 - "$repo" "$out" <<'PY'
 import json, sys, os
@@ -53,9 +60,13 @@ p2=$!
 "$out/fuzz_block_record" -max_total_time="$seconds" -max_len=70000 -artifact_prefix="$out/crash_block_record_" \
   "$out/corpus_block_record" > "$out/fuzz_block_record.log" 2>&1 &
 p3=$!
+"$out/fuzz_server_requests" -max_total_time="$seconds" -max_len=8192 -artifact_prefix="$out/crash_server_requests_" \
+  "$out/corpus_server_requests" > "$out/fuzz_server_requests.log" 2>&1 &
+p4=$!
 rc=0
+wait $p4 || rc=1
 wait $p1 || rc=1
 wait $p2 || rc=1
 wait $p3 || rc=1
-tail -n 3 "$out/fuzz_tokenizer.log" "$out/fuzz_output_parser.log" "$out/fuzz_block_record.log"
+tail -n 3 "$out/fuzz_tokenizer.log" "$out/fuzz_output_parser.log" "$out/fuzz_block_record.log" "$out/fuzz_server_requests.log"
 exit $rc

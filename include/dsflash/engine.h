@@ -11,6 +11,7 @@
 // every method may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -122,6 +123,9 @@ class RequestHandle {
   std::optional<Event> next();
   // The next event if one is ready (nullopt: none yet, or the stream is over; see done()).
   std::optional<Event> try_next();
+  // Waits at most `timeout` for the next event (nullopt: none within it, or the stream is over; see done()).
+  // For callers that must also watch something else, e.g. a server noticing a client that went away.
+  std::optional<Event> next_for(std::chrono::milliseconds timeout);
   bool done() const;  // kFinished has been delivered
 
   RequestHandle(RequestId id, std::shared_ptr<detail::EventChannel> channel)
@@ -179,6 +183,23 @@ struct StepRecord {
 };
 inline constexpr const char* kStepPhaseNames[4] = {"other", "linear", "indexer", "attention"};
 
+// A snapshot of the engine's load (for a server's metrics and health), published by the loop thread after each
+// step. The prefix cache fields stay empty / false until a prefix cache exists.
+struct PrefixCacheTierStats {
+  std::string tier;        // "ram", "disk", ...
+  int64_t hits = 0;        // lookups that restored blocks from this tier
+  int64_t misses = 0;
+  int64_t bytes = 0;       // bytes held by the tier
+};
+struct EngineStats {
+  int64_t requests_running = 0;  // admitted: prefilling or decoding
+  int64_t requests_waiting = 0;  // submitted and not yet admitted
+  int64_t kv_used_bytes = 0;     // KV cache in use (global blocks + fixed state of live sequences)
+  int64_t kv_budget_bytes = 0;
+  bool prefix_cache = false;     // a prefix cache serves Usage::cached_tokens
+  std::vector<PrefixCacheTierStats> prefix_tiers;
+};
+
 class Engine {
  public:
   // Loads `model_dir` (config.json, *.safetensors, tokenizer.json). Errors: kLoad naming what is missing.
@@ -197,6 +218,8 @@ class Engine {
   Expected<Completion> generate(GenerationRequest request);
 
   const ModelInfo& info() const;
+  // Running / waiting requests and KV use as of the last step.
+  EngineStats stats() const;
   // Tokenizer (kInvalidRequest without one).
   Expected<std::vector<int32_t>> tokenize(std::string_view text) const;
   std::string detokenize(const std::vector<int32_t>& ids) const;

@@ -106,6 +106,22 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
+void ThreadPool::balance_scratch() {
+  size_t largest = 0;
+  for (int i = 0; i < num_threads(); ++i) {
+    ScratchSlot& slot = scratch_[static_cast<size_t>(i)];
+    if (slot.leased.exchange(true, std::memory_order_acquire)) continue;
+    largest = std::max(largest, slot.arena.capacity_bytes());
+    slot.leased.store(false, std::memory_order_release);
+  }
+  for (int i = 0; i < num_threads(); ++i) {
+    ScratchSlot& slot = scratch_[static_cast<size_t>(i)];
+    if (slot.leased.exchange(true, std::memory_order_acquire)) continue;
+    if (slot.arena.capacity_bytes() < largest) slot.arena.reserve(largest);
+    slot.leased.store(false, std::memory_order_release);
+  }
+}
+
 ThreadScratch::ThreadScratch(ThreadPool* pool, int thread_index) {
   if (pool == nullptr || thread_index < 0 || thread_index >= pool->num_threads()) return;
   ThreadPool::ScratchSlot& slot = pool->scratch_[static_cast<size_t>(thread_index)];

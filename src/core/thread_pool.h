@@ -35,6 +35,11 @@ class ThreadPool {
   using RangeFn = FunctionRef<void(int64_t, int64_t, int)>;
   void parallel_for(int64_t n, RangeFn fn, int64_t grain = 1);
 
+  // Grows every thread's scratch arena to the largest one's size. Which thread runs which chunk changes from call
+  // to call, so after a warm-up step this (forward() calls it first) keeps a later step from growing the arena
+  // of a thread that happened to run less before. Arenas in use by another thread are skipped.
+  void balance_scratch();
+
  private:
   void worker_loop(int index);
   void run_chunks(int index);

@@ -43,6 +43,13 @@ void Arena::reset() {
   add_block(total);
 }
 
+void Arena::reserve(size_t bytes) {
+  reset();
+  if (capacity_bytes() >= bytes) return;
+  blocks_.clear();
+  add_block(round_up(bytes));
+}
+
 size_t Arena::capacity_bytes() const {
   size_t total = 0;
   for (const Block& b : blocks_) total += b.size;

@@ -60,6 +60,8 @@ class Arena {
   }
   // Gives back everything; merges the blocks into one when the last use needed several.
   void reset();
+  // Gives back everything and makes one block of at least `bytes` (a growth only when it holds less).
+  void reserve(size_t bytes);
 
   int64_t growths() const { return growths_; }  // blocks obtained from the heap so far
   size_t capacity_bytes() const;

@@ -131,6 +131,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   info.num_threads = impl->runner->context().pool != nullptr ? impl->runner->context().pool->num_threads() : 1;
   info.has_tokenizer = impl->tokenizer.has_value();
   info.kv_budget_bytes = options.kv_budget_bytes;
+  impl->published_stats.kv_budget_bytes = options.kv_budget_bytes;
   info.kv_block_tokens = impl->kv_layout->block_tokens;
   info.global_kv_bytes_per_token = impl->kv_layout->global_bytes_per_token();
   info.fixed_kv_bytes_per_sequence = impl->kv_layout->fixed_bytes_per_sequence();
@@ -322,7 +323,26 @@ void Engine::Impl::run_loop() {
       return;
     }
     if (scheduler->has_work()) run_step();
+    publish_stats();
   }
+}
+
+// ---- load snapshot (Engine::stats) ----
+
+void Engine::Impl::publish_stats() {
+  const kv::KvStats kv = scheduler->kv_stats();
+  std::lock_guard<std::mutex> lock(mutex);
+  published_stats.requests_running = scheduler->num_running();
+  published_stats.kv_used_bytes = kv.used_bytes;
+  published_stats.kv_budget_bytes = kv.budget_bytes;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  EngineStats s = impl_->published_stats;
+  s.requests_running = std::min(s.requests_running, impl_->in_flight);
+  s.requests_waiting = std::max<int64_t>(0, impl_->in_flight - s.requests_running);
+  return s;
 }
 
 void Engine::Impl::take_request(Submitted submitted) {

@@ -58,6 +58,7 @@ struct Engine::Impl {
   int64_t in_flight = 0;  // submitted and not finished
   RequestId next_id = 0;
   std::deque<StepRecord> steps;
+  EngineStats published_stats;  // the loop's last publish_stats()
 
   std::thread loop;
 
@@ -72,6 +73,7 @@ struct Engine::Impl {
   void dispatch(std::vector<engine::Event>& events);
   void finish(engine::RequestId sid, FinishReason reason, std::optional<EngineError> error);
   void shut_down();
+  void publish_stats();
 };
 
 }  // namespace dsflash

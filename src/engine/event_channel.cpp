@@ -23,6 +23,16 @@ std::optional<Event> EventChannel::pop(bool wait) {
   return event;
 }
 
+std::optional<Event> EventChannel::pop_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ready_.wait_for(lock, timeout, [this] { return !events_.empty() || finished_popped_; });
+  if (events_.empty()) return std::nullopt;
+  Event event = std::move(events_.front());
+  events_.pop_front();
+  if (event.kind == EventKind::kFinished) finished_popped_ = true;
+  return event;
+}
+
 bool EventChannel::done() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return finished_popped_;
@@ -32,6 +42,7 @@ bool EventChannel::done() const {
 
 std::optional<Event> RequestHandle::next() { return channel_->pop(true); }
 std::optional<Event> RequestHandle::try_next() { return channel_->pop(false); }
+std::optional<Event> RequestHandle::next_for(std::chrono::milliseconds timeout) { return channel_->pop_for(timeout); }
 bool RequestHandle::done() const { return channel_->done(); }
 
 }  // namespace dsflash

@@ -3,6 +3,7 @@
 // stream is over.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -17,6 +18,8 @@ class EventChannel {
   void push(Event event);
   // wait: block until an event is ready (or the stream is over).
   std::optional<Event> pop(bool wait);
+  // Waits at most `timeout` for an event.
+  std::optional<Event> pop_for(std::chrono::milliseconds timeout);
   bool done() const;
 
  private:

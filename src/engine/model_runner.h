@@ -33,6 +33,7 @@ class ModelRunner {
                                                    const Progress& progress = {});
 
   const ModelConfig& config() const { return checkpoint_.config(); }
+  const Checkpoint& checkpoint() const { return checkpoint_; }
   const ModelWeights& weights() const { return *weights_; }
   const ComputeContext& context() const { return ctx_; }
   // A new sequence from the runner's own KV cache manager (tests, benchmarks, one-off runs; the Engine's

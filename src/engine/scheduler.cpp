@@ -96,6 +96,7 @@ void Scheduler::finish(RequestId id, FinishReason reason, const std::string& err
   for (auto it = running_.begin(); it != running_.end(); ++it) {
     if ((*it)->id != id) continue;
     rec.global_kv_bytes = (*it)->seq->pages().global_bytes();
+    if (reason != FinishReason::kError) store_prefix(**it);
     Status s = kv_->release(*(*it)->seq);
     if (!s.ok() && rec.error.empty()) rec.error = s.message();
     running_.erase(it);
@@ -123,8 +124,7 @@ bool Scheduler::emit(Running& r, const float* row, std::vector<Event>* events) {
     }
     events->push_back(std::move(event));
   }
-  const size_t step = rec.generated.size() - 1;  // the decode step this token feeds
-  r.next_input = step < r.request.follow.size() ? r.request.follow[step] : token;
+  r.next_input = input_of_step(r, static_cast<int64_t>(rec.generated.size()) - 1);
   const auto& stops = r.request.stop_ids;
   if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
     finish(r.id, FinishReason::kStopToken, "", events);
@@ -149,12 +149,65 @@ Status Scheduler::admit() {
     next.window_floor = replay_start(weights_.config(), next.request.prefill, prefill_positions);
     RequestRecord& rec = records_[next.id];
     rec.status = RequestStatus::kPrefilling;
-    rec.prompt_done = 0;
+    const int64_t cached = restore_cached_prefix(next);
+    rec.prompt_done = next.seq->num_positions();
+    if (rec.preemptions == 0) rec.cached_tokens = cached;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     ++last_step_.admitted;
   }
   return Status::Ok();
+}
+
+int32_t Scheduler::input_of_step(const Running& r, int64_t step) const {
+  const auto& follow = r.request.follow;
+  return step < static_cast<int64_t>(follow.size()) ? follow[static_cast<size_t>(step)]
+                                                   : records_.at(r.id).generated[static_cast<size_t>(step)];
+}
+
+int64_t Scheduler::restore_cached_prefix(Running& r) {
+  prefix::PrefixCache* cache = options_.prefix_cache;
+  if (cache == nullptr || r.request.prefill.mode != PrefillMode::kBoundedReplay) return 0;
+  const ModelConfig& config = weights_.config();
+  const int64_t window = config.window_size;
+  const std::vector<kv::BlockHash> hashes = cache->lookup(r.prefill_tokens, *kv_);
+  const int64_t block_tokens = kv_->layout().block_tokens;
+  // Hits of at most one window are not used: replaying the window before the hit would cost what it saves.
+  if (static_cast<int64_t>(hashes.size()) * block_tokens <= window) return 0;
+  auto mapped = kv_->attach_cached_prefix(*r.seq, hashes, cache->seed());
+  if (!mapped.ok() || *mapped == 0) return 0;
+  const int64_t hit = *mapped * block_tokens;
+  if (hit <= window) {
+    // Fewer blocks than looked up (evicted meanwhile): start over on a sequence without frozen blocks.
+    (void)kv_->release(*r.seq);
+    auto fresh = kv_->open_sequence();
+    r.seq = fresh.ok() ? *fresh : nullptr;
+    return 0;
+  }
+  // Encoder SWA Bounded Replay (spec §7): the window before the hit is replayed to rebuild the window rings; its
+  // global KV is the cached one (rows with stored entries are never compressed again).
+  const int64_t replay_from = hit - window;
+  Status s = r.seq->restart_at(replay_from);
+  if (s.ok() && r.seq->engram() != nullptr && weights_.engram_hasher() != nullptr) {
+    s = weights_.engram_hasher()->restore_history(r.prefill_tokens.data(), replay_from, r.seq->engram());
+  }
+  if (!s.ok()) return 0;
+  return hit;
+}
+
+void Scheduler::store_prefix(Running& r) {
+  prefix::PrefixCache* cache = options_.prefix_cache;
+  if (cache == nullptr || r.seq == nullptr || r.request.prefill.mode != PrefillMode::kBoundedReplay) return;
+  // Token ids of the positions written: the prefill tokens, then the generated ids fed back so far.
+  const RequestRecord& rec = records_[r.id];
+  std::vector<int32_t> tokens(r.prefill_tokens.begin(),
+                              r.prefill_tokens.begin() + std::min<int64_t>(rec.prompt_done, static_cast<int64_t>(r.prefill_tokens.size())));
+  const int64_t fed = r.seq->num_positions() - static_cast<int64_t>(tokens.size());
+  const int64_t generated_base = static_cast<int64_t>(r.prefill_tokens.size()) - static_cast<int64_t>(r.request.prompt.size());
+  for (int64_t i = 0; i < fed && generated_base + i < static_cast<int64_t>(rec.generated.size()); ++i) {
+    tokens.push_back(input_of_step(r, generated_base + i));
+  }
+  (void)cache->store(*r.seq, tokens, *kv_);  // a refusal only means the blocks are not kept
 }
 
 void Scheduler::preempt(Running& r) {
@@ -164,7 +217,7 @@ void Scheduler::preempt(Running& r) {
   // Recompute later: the prompt and every generated id (the last one not yet fed) are prefilled again, so the
   // prefill's last row gives the next token as the decode step would have.
   r.prefill_tokens = r.request.prompt;
-  r.prefill_tokens.insert(r.prefill_tokens.end(), rec.generated.begin(), rec.generated.end());
+  for (size_t k = 0; k < rec.generated.size(); ++k) r.prefill_tokens.push_back(input_of_step(r, static_cast<int64_t>(k)));
   rec.status = RequestStatus::kQueued;
   rec.prompt_done = 0;
   ++rec.preemptions;
@@ -292,6 +345,7 @@ Status Scheduler::step(std::vector<Event>* events) {
       }
       if (!prompt_done) continue;
       rec.status = RequestStatus::kDecoding;
+      store_prefix(*r);  // the prompt's whole blocks, for the next request with this prefix
     } else {
       ++last_step_.decode_batch;
     }

@@ -26,6 +26,7 @@
 #include "dsflash/sampling.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
+#include "prefix/prefix_cache.h"
 #include "model/compute_context.h"
 #include "engine/batch_builder.h"
 #include "model/model_weights.h"
@@ -60,6 +61,7 @@ struct RequestRecord {
   std::string error;              // kError: what failed
   int64_t global_kv_bytes = 0;    // global-KV pages held (whole blocks) while running; at finish, what it held
   int64_t preemptions = 0;        // times its KV was released to make room (then recomputed)
+  int64_t cached_tokens = 0;      // prompt positions whose global KV came from the prefix cache
 };
 
 struct Event {
@@ -81,6 +83,10 @@ struct SchedulerOptions {
   int64_t kv_block_tokens = 64;                // positions per global-KV block
   int max_running = 16;                        // sequences prefilling or decoding at once (decode batch bound)
   int64_t prefill_tokens_per_step = 512;       // prompt tokens computed per step, over all prefilling requests
+  // Prefix cache (RAM + SSD tiers; not owned, may be null = off). Bounded-replay requests look their prompt up at
+  // admission and restore a hit by Encoder SWA Bounded Replay; every request publishes its prompt's whole blocks
+  // after prefill and its generated tokens' blocks when it finishes. The exact plan neither reads nor writes it.
+  prefix::PrefixCache* prefix_cache = nullptr;
 };
 
 // What the last step did (for the benchmark and tests).
@@ -110,6 +116,8 @@ class Scheduler {
   bool has_work() const { return !waiting_.empty() || !running_.empty() || !pending_finish_.empty(); }
 
   const RequestRecord* record(RequestId id) const;
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_queued() const { return static_cast<int64_t>(waiting_.size()); }
   kv::KvStats kv_stats() const { return kv_->stats(); }
   const kv::KvLayout& kv_layout() const { return kv_->layout(); }
   const StepStats& last_step() const { return last_step_; }
@@ -136,6 +144,13 @@ class Scheduler {
   }
 
   Status admit();
+  // Maps the cached prefix of r's prompt (when the cache holds more than one window of it) and sets r up to replay
+  // the window before the hit; returns the prompt positions restored (0: no hit).
+  int64_t restore_cached_prefix(Running& r);
+  // Publishes r's whole written blocks to the prefix cache (no-op without one or for the exact plan).
+  void store_prefix(Running& r);
+  // The token fed at decode step `step` (the input after generated token `step`): follow[step] or that token.
+  int32_t input_of_step(const Running& r, int64_t step) const;
   // Reserves the KV of `rows` more positions for `r`, preempting the newest running request while the budget
   // refuses. False when r itself was the newest and got preempted, or when even alone it does not fit (r is then
   // finished with the error).

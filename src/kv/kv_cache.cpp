@@ -206,6 +206,22 @@ KvStats KvCacheManager::stats() const {
   return st;
 }
 
+Status KvCacheManager::import_cached_block(const BlockHash& hash, std::span<const uint8_t> bytes) {
+  if (static_cast<int64_t>(bytes.size()) != layout_.block_bytes) {
+    return Status::Error("KV cache: an imported block has " + std::to_string(bytes.size()) + " bytes, blocks hold " +
+                         std::to_string(layout_.block_bytes));
+  }
+  if (pool_.find_cached(hash).has_value()) return Status::Ok();
+  auto ids = pool_.allocate(1);
+  if (!ids.ok()) return ids.status().with_context("KV cache: importing a cached block");
+  const int32_t id = (*ids)[0];
+  std::memcpy(pool_.data(id), bytes.data(), bytes.size());
+  Status s = pool_.commit_block(id, hash);
+  Status released = pool_.release(id);  // refcount 0: cached, findable, evictable
+  if (!s.ok()) return s;
+  return released;
+}
+
 Result<SequenceKv*> KvCacheManager::fork(const SequenceKv& source) {
   Status owned = check_owned(source.pages());
   if (!owned.ok()) return owned;

@@ -111,6 +111,13 @@ class KvCacheManager {
   // that clone a prefilled state, speculative snapshots). All or nothing.
   Result<SequenceKv*> fork(const SequenceKv& source);
 
+  // A block read back from a lower tier (the SSD tier of the prefix cache): `bytes` [block_bytes] copied into a
+  // new block, published under `hash` and left cached (refcount 0, evictable), so attach_cached_prefix finds it.
+  // No-op when `hash` is cached already. Error (nothing changed) when the budget has no block to give.
+  Status import_cached_block(const BlockHash& hash, std::span<const uint8_t> bytes);
+  // The bytes of a block in use or cached: [block_bytes] (to write it to a lower tier).
+  const uint8_t* block_data(int32_t block) const { return pool_.data(block); }
+
   // --- finishing ------------------------------------------------------------------------------------------
   // Drops the sequence's block references (last block first, so a cached chain is evicted from its end) and its
   // fixed state. Blocks other sequences map survive; published blocks stay cached. `seq` is invalid afterwards.

@@ -86,6 +86,20 @@ void SequenceKv::adopt_frozen_prefix() {
   num_positions_ = positions;
 }
 
+Status SequenceKv::restart_at(int64_t position) {
+  for (const CompressedKv& c : compressed_) {
+    if (position < 0 || position > c.num_entries() * c.ratio()) {
+      return Status::Error("KV state: cannot restart at position " + std::to_string(position) + ": a KV source holds " +
+                           std::to_string(c.num_entries()) + " entries of ratio " + std::to_string(c.ratio()));
+    }
+  }
+  for (WindowRing& w : windows_) w.clear();
+  for (CompressorTail& t : tails_) t.reset();
+  if (has_engram_) engram_.reset();
+  num_positions_ = position;
+  return Status::Ok();
+}
+
 int64_t SequenceKv::global_kv_bytes() const {
   int64_t bytes = 0;
   for (const CompressedKv& kv : compressed_) bytes += static_cast<int64_t>(kv.bytes());

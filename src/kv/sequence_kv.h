@@ -59,6 +59,11 @@ class SequenceKv {
   // num_positions() = pages().frozen_positions(). Window rings, tails and the Engram history are not in the
   // blocks: bounded replay (or EngramHistory::restore) rebuilds them.
   void adopt_frozen_prefix();
+  // Encoder SWA Bounded Replay of a cached prefix (spec/MODEL.md §7): the sequence restarts at `position` (<=
+  // the positions its compressed entries cover) with empty window rings, reset tails and an empty Engram history
+  // (the caller restores it from the token ids); the compressed entries stay, so replaying [position, frozen end)
+  // rebuilds the windows without touching the cached global KV.
+  Status restart_at(int64_t position);
 
  private:
   friend class KvCacheManager;

@@ -35,6 +35,14 @@ struct AttentionSegment {
   AttentionTrace* trace = nullptr; // optional recorder of this segment's intermediates
 };
 
+// Consecutive rows of one sequence in a DSpark stage's attention call (model/dspark.h): rows at absolute
+// positions first_position .. first_position + num_rows - 1.
+struct DSparkAttentionSegment {
+  SequenceState* state = nullptr;
+  int64_t first_position = 0;
+  int64_t num_rows = 0;
+};
+
 class AttentionLayer {
  public:
   // Finds a tensor by its checkpoint name (nullptr: missing); lets tests bind from a bare SafetensorsFile.
@@ -79,6 +87,19 @@ class AttentionLayer {
   // from start_pos + num_tokens continues the same caches. Error on layers that are not KV sources.
   Status forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
                            const ComputeContext& ctx, AttentionTrace* trace = nullptr);
+
+  // DSpark stages (layers >= n_layers, compress ratio 0; spec §4.10, model.py DSparkAttention), in
+  // attention_dspark.cpp. Context: main_x [rows, dim] (bf16 values; the stages' projection of the main model's
+  // hidden states) -> FP8(rope(kv_norm(wkv(main_x)))) written into this layer's window ring of each segment at the
+  // segment's positions. Only these rows ever enter a DSpark ring.
+  Status dspark_write_context(const float* main_x, const DSparkAttentionSegment* segments, int64_t num_segments,
+                              const ComputeContext& ctx) const;
+  // Draft block: x [rows, dim] (bf16 values), each segment's rows the block at positions e .. e + n - 1
+  // (e = first_position). Every query of a block attends, non-causally, to the ring rows of positions
+  // [e - window, e - 1] listed in slot order 0 .. min(window, e) - 1 (a slot holding another position is -1),
+  // then the block's own rows (FP8 like the ring, never stored). out [rows, dim] bf16 values. Reads the rings only.
+  Status dspark_attend_block(const float* x, const DSparkAttentionSegment* segments, int64_t num_segments,
+                             const ComputeContext& ctx, float* out) const;
 
   int layer() const { return layer_; }
   bool kv_source() const { return kv_source_; }

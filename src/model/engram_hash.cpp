@@ -402,4 +402,18 @@ Status NgramHasher::hash(const int32_t* tokens, int64_t num_tokens, int64_t star
   return Status::Ok();
 }
 
+Status NgramHasher::restore_history(const int32_t* tokens, int64_t end_pos, kv::EngramHistory* history) const {
+  if (history == nullptr) return Status::Error("Engram hasher: no history given");
+  const int64_t keep = std::min<int64_t>(layout_.max_ngram - 1, end_pos);
+  std::vector<int64_t> recent(static_cast<size_t>(keep));
+  for (int64_t i = 0; i < keep; ++i) {
+    const int32_t id = tokens[end_pos - keep + i];
+    if (id < 0 || static_cast<size_t>(id) >= token_map_.size()) {
+      return Status::Error("Engram hasher: token id " + std::to_string(id) + " outside the token map");
+    }
+    recent[static_cast<size_t>(i)] = token_map_[static_cast<size_t>(id)];
+  }
+  return history->restore(end_pos, recent);
+}
+
 }  // namespace dsflash

@@ -61,6 +61,9 @@ class NgramHasher {
   int columns() const { return layout_.columns(); }
   int64_t pad_compressed_id() const { return pad_id_; }
 
+  // Sets `history` to what hashing positions [0, end_pos) would have left (the compressed ids of the last N-1 of
+  // them): tokens [end_pos] are the sequence's ids from position 0 (a restored cached prefix; no image spans).
+  Status restore_history(const int32_t* tokens, int64_t end_pos, kv::EngramHistory* history) const;
   // tokens [num_tokens] at absolute positions start_pos .. start_pos+num_tokens-1; start_pos must equal
   // history->num_positions() (errors otherwise), so one prefill, chunked prefill and token-by-token decode
   // give identical ids. dead: optional [num_tokens], nonzero = inside an image span (no n-gram crosses it;

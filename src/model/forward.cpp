@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 
+#include "core/thread_pool.h"
 #include "formats/formats.h"
 #include "model/attention.h"
 
@@ -64,6 +65,9 @@ Status check_batch(const ModelConfig& config, const ForwardBatch& batch, const F
                            std::to_string(seg.num_tokens) + "]");
     }
     if (seg.options.window_floor < 0) return Status::Error(where() + ": negative window floor");
+    if (seg.options.dspark_hidden && config.dspark_target_layer_ids.empty()) {
+      return Status::Error(where() + " asks for DSpark hidden states, the model has no DSpark target layers");
+    }
     for (size_t j = 0; j < i; ++j) {
       if (segments[j].seq == seg.seq) return Status::Error(where() + ": its sequence appears twice in the batch");
     }
@@ -169,6 +173,65 @@ Status split_at_decoder(const ModelWeights& weights, const BlockWeights& block, 
   return Status::Ok();
 }
 
+// DSpark's main_hidden (spec §4.1, §4.10; model.py Transformer.forward): for the segments with
+// RowOptions::dspark_hidden, the mean over the hc streams of each target layer's input, rows past global_only.
+struct DSparkCapture {
+  std::vector<int> targets;        // ascending target layers (the order of model.py's concatenation)
+  int64_t width = 0;               // targets * dim
+  std::vector<int64_t> first_row;  // per segment: its first row in `hidden` (-1: not asked)
+  std::vector<float> hidden;       // [rows, width] bf16 values
+  std::vector<ForwardOutput::Row> rows;
+
+  void init(const ModelConfig& config, const ForwardBatch& batch) {
+    const auto& segments = batch.segments();
+    // Nothing (and no allocation) unless a segment asks.
+    if (std::none_of(segments.begin(), segments.end(),
+                     [](const ForwardSegment& seg) { return seg.options.dspark_hidden; })) {
+      return;
+    }
+    first_row.assign(segments.size(), -1);
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const ForwardSegment& seg = segments[i];
+      if (!seg.options.dspark_hidden) continue;
+      first_row[i] = static_cast<int64_t>(rows.size());
+      const int64_t p0 = seg.seq->num_positions() + seg.options.global_only;
+      for (int64_t t = seg.options.global_only; t < seg.num_tokens; ++t) {
+        rows.push_back(ForwardOutput::Row{static_cast<int64_t>(i), p0 + t - seg.options.global_only});
+      }
+    }
+    if (rows.empty()) return;
+    targets = config.dspark_target_layer_ids;
+    std::sort(targets.begin(), targets.end());
+    targets.erase(std::unique(targets.begin(), targets.end()), targets.end());  // model.py captures a layer once
+    width = static_cast<int64_t>(targets.size()) * config.dim;
+    hidden.assign(rows.size() * static_cast<size_t>(width), 0.0f);
+  }
+
+  // Before block `layer` (after its Engram): the live rows' stream mean (fp32 sum in stream order, / hc, bf16).
+  void capture(int layer, const Streams& s, std::span<const LiveSegment> live, const ForwardBatch& batch, int hc,
+               int64_t dim) {
+    const auto target = std::find(targets.begin(), targets.end(), layer);
+    if (rows.empty() || target == targets.end()) return;
+    const int64_t column = (target - targets.begin()) * dim;
+    for (int64_t row = 0; const LiveSegment& seg : live) {
+      const int64_t segment = seg.source - batch.segments().data();
+      const int64_t p0 = seg.source->seq->num_positions() + seg.source->options.global_only;
+      for (int64_t t = 0; first_row[static_cast<size_t>(segment)] >= 0 && t < seg.num_tokens; ++t) {
+        const int64_t p = seg.start_pos + t;
+        if (p < p0) continue;
+        const float* h = s.h.data() + (row + t) * hc * dim;
+        float* dst = &hidden[static_cast<size_t>((first_row[static_cast<size_t>(segment)] + p - p0) * width + column)];
+        for (int64_t c = 0; c < dim; ++c) {
+          float sum = 0.0f;
+          for (int j = 0; j < hc; ++j) sum += h[j * dim + c];
+          dst[c] = round_to_bf16(sum / static_cast<float>(hc));
+        }
+      }
+      row += seg.num_tokens;
+    }
+  }
+};
+
 }  // namespace
 
 Status forward(const ModelWeights& weights, const ForwardBatch& batch, const ComputeContext& caller_ctx,
@@ -179,6 +242,7 @@ Status forward(const ModelWeights& weights, const ForwardBatch& batch, const Com
   if (ctx.workspace == nullptr) ctx.workspace = &private_workspace;
   Workspace& ws = *ctx.workspace;
   ws.begin_step();
+  if (ctx.pool != nullptr) ctx.pool->balance_scratch();
   Arena& step = ws.step();
   const ModelConfig& config = weights.config();
   const HcShape& shape = weights.hc_shape();
@@ -211,6 +275,8 @@ Status forward(const ModelWeights& weights, const ForwardBatch& batch, const Com
     }
   }
   if (trace != nullptr) trace->layers.assign(static_cast<size_t>(config.n_layers), {});
+  DSparkCapture dspark;
+  dspark.init(config, batch);
 
   BlockScratch w;
   w.take(step, s.rows, hc, dim);
@@ -228,6 +294,7 @@ Status forward(const ModelWeights& weights, const ForwardBatch& batch, const Com
       status = block.engram->forward(s.h.data(), n, s.hash_ids.data(), ctx);
       if (!status.ok()) return status.with_context("layer " + std::to_string(block.layer) + " Engram");
     }
+    dspark.capture(block.layer, s, live, batch, hc, dim);
     // Attention site: coefficients from the block input; the input collapses with the previous site's pre.
     ctx.backend->hc_mixes(s.h.data(), n, block.hc_attn, shape, w.a_pre.data(), w.a_post.data(), w.a_comb.data(), ctx.pool);
     attention_input(weights, block, s, 0, n, ctx, w.x.data());
@@ -261,6 +328,8 @@ Status forward(const ModelWeights& weights, const ForwardBatch& batch, const Com
   }
   for (const ForwardSegment& seg : batch.segments()) seg.seq->advance(seg.num_tokens);
   if (out == nullptr) return Status::Ok();
+  out->dspark_hidden = std::move(dspark.hidden);
+  out->dspark_rows = std::move(dspark.rows);
 
   // Final collapse with the last FFN site's pre, final norm, head (bf16 weight used in fp32), logits rows only.
   // The vectors keep their capacity: a ForwardOutput reused for calls of one shape allocates once.

@@ -41,6 +41,9 @@ struct RowOptions {
   int64_t global_only = 0;   // leading rows on the CED global-KV path only, in [0, num_tokens]
   int64_t window_floor = 0;  // decoder window floor (0 = none)
   LogitsRows logits = LogitsRows::kNone;
+  // DSpark (spec §4.10, model/dspark.h): hand out the hidden states at the DSpark target layers of the segment's
+  // rows past global_only (ForwardOutput::dspark_hidden). Error when the model has no DSpark targets.
+  bool dspark_hidden = false;
 };
 
 struct ForwardSegment {
@@ -74,6 +77,11 @@ struct ForwardOutput {
   };
   std::vector<float> logits;
   std::vector<Row> rows;
+  // Only for segments with RowOptions::dspark_hidden, their rows past global_only in segment order:
+  // [dspark_rows, n_targets * dim] bf16 values, per target layer (ascending layer order) the mean over the hc
+  // streams of that layer's input (after its Engram; model.py main_hidden), and each row's segment and position.
+  std::vector<float> dspark_hidden;
+  std::vector<Row> dspark_rows;
 };
 
 // Optional record of a call's intermediates, named as the goldens name them (prefill.layers.L.*); only for a

@@ -51,6 +51,50 @@ int64_t attention_and_engram_bytes(const Checkpoint& checkpoint, int layer, int6
 
 }  // namespace
 
+Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer, const NgramHasher* hasher) {
+  const ModelConfig& config = checkpoint.config();
+  if (layer < 0 || layer >= config.total_layers()) {
+    return Status::Error("block " + std::to_string(layer) + ": no such layer (model has " +
+                         std::to_string(config.total_layers()) + ")");
+  }
+  const bool backbone = layer < config.n_layers;
+  const int mix = (2 + config.hc_mult) * config.hc_mult;
+  const int64_t hc_dim = config.hc_mult * config.dim;
+  BlockWeights b;
+  b.layer = layer;
+  const std::string p = backbone ? "layers." + std::to_string(layer) + "." : "mtp." + std::to_string(layer - config.n_layers) + ".";
+  for (auto [site, scale, name] : {std::tuple{&b.hc_attn, &b.hc_attn_scale, std::string("hc_attn")},
+                                   std::tuple{&b.hc_ffn, &b.hc_ffn_scale, std::string("hc_ffn")}}) {
+    auto fn = bind_f32(checkpoint, p + name + "_fn", {mix, hc_dim});
+    if (!fn.ok()) return fn.status();
+    auto base = bind_f32(checkpoint, p + name + "_base", {mix});
+    if (!base.ok()) return base.status();
+    auto s = bind_small_f32(checkpoint, p + name + "_scale", 3);
+    if (!s.ok()) return s.status();
+    *scale = std::move(*s);
+    *site = HcSiteWeights{*fn, *base, scale->data()};  // the vector's buffer survives moves of the block
+  }
+  auto attn_norm = bind_bf16_vector(checkpoint, p + "attn_norm.weight", config.dim);
+  if (!attn_norm.ok()) return attn_norm.status();
+  b.attn_norm = *attn_norm;
+  auto ffn_norm = bind_bf16_vector(checkpoint, p + "ffn_norm.weight", config.dim);
+  if (!ffn_norm.ok()) return ffn_norm.status();
+  b.ffn_norm = *ffn_norm;
+  auto attention = AttentionLayer::bind(checkpoint, layer);
+  if (!attention.ok()) return attention.status();
+  b.attention = std::move(*attention);
+  auto moe = MoeLayer::bind(checkpoint, p + "ffn", layer);
+  if (!moe.ok()) return moe.status();
+  b.moe.emplace(std::move(*moe));
+  if (backbone && config.roles.at(static_cast<size_t>(layer)).engram) {
+    if (hasher == nullptr) return Status::Error("layer " + std::to_string(layer) + " has Engram but no hasher");
+    auto engram = Engram::bind(checkpoint, layer, hasher->layout());
+    if (!engram.ok()) return engram.status();
+    b.engram.emplace(std::move(*engram));
+  }
+  return b;
+}
+
 Result<std::unique_ptr<ModelWeights>> ModelWeights::bind(const Checkpoint& checkpoint) {
   auto weights = std::unique_ptr<ModelWeights>(new ModelWeights());
   ModelWeights& w = *weights;
@@ -85,45 +129,16 @@ Result<std::unique_ptr<ModelWeights>> ModelWeights::bind(const Checkpoint& check
   }
 
   int64_t bytes = dim * 2 /* embedding row */ + config.vocab_size * dim * 2 /* head */ + dim * 2;
-  w.blocks_.resize(static_cast<size_t>(config.n_layers));
+  w.blocks_.reserve(static_cast<size_t>(config.n_layers));
   for (int layer = 0; layer < config.n_layers; ++layer) {
-    BlockWeights& b = w.blocks_[static_cast<size_t>(layer)];
-    b.layer = layer;
-    const std::string p = "layers." + std::to_string(layer) + ".";
-    for (auto [site, scale, name] : {std::tuple{&b.hc_attn, &b.hc_attn_scale, std::string("hc_attn")},
-                                     std::tuple{&b.hc_ffn, &b.hc_ffn_scale, std::string("hc_ffn")}}) {
-      auto fn = bind_f32(checkpoint, p + name + "_fn", {mix, hc_dim});
-      if (!fn.ok()) return fn.status();
-      auto base = bind_f32(checkpoint, p + name + "_base", {mix});
-      if (!base.ok()) return base.status();
-      auto s = bind_small_f32(checkpoint, p + name + "_scale", 3);
-      if (!s.ok()) return s.status();
-      *scale = std::move(*s);
-      *site = HcSiteWeights{*fn, *base, scale->data()};
-      bytes += mix * hc_dim * 4;
-    }
-    auto attn_norm = bind_bf16_vector(checkpoint, p + "attn_norm.weight", dim);
-    if (!attn_norm.ok()) return attn_norm.status();
-    b.attn_norm = *attn_norm;
-    auto ffn_norm = bind_bf16_vector(checkpoint, p + "ffn_norm.weight", dim);
-    if (!ffn_norm.ok()) return ffn_norm.status();
-    b.ffn_norm = *ffn_norm;
-    auto attention = AttentionLayer::bind(checkpoint, layer);
-    if (!attention.ok()) return attention.status();
-    b.attention = std::move(*attention);
-    auto moe = MoeLayer::bind(checkpoint, p + "ffn", layer);
-    if (!moe.ok()) return moe.status();
+    auto block = bind_block_weights(checkpoint, layer, w.engram_hasher());
+    if (!block.ok()) return block.status();
+    w.blocks_.push_back(std::move(*block));
     // Engram: (max_ngram-1) * n_heads rows of head_dim e4m3 + head_dim/32 scales per token.
     const int64_t engram_rows = static_cast<int64_t>(std::max(config.engram_max_ngram_size - 1, 0)) * config.engram_n_heads;
     const int64_t engram_row_bytes = engram_rows * (config.engram_head_dim + config.engram_head_dim / 32);
-    bytes += moe->weight_bytes_per_token() + attention_and_engram_bytes(checkpoint, layer, engram_row_bytes);
-    b.moe.emplace(std::move(*moe));
-    if (config.roles.at(static_cast<size_t>(layer)).engram) {
-      if (!w.hasher_) return Status::Error("layer " + std::to_string(layer) + " has Engram but no hasher");
-      auto engram = Engram::bind(checkpoint, layer, w.hasher_->layout());
-      if (!engram.ok()) return engram.status();
-      b.engram.emplace(std::move(*engram));
-    }
+    bytes += 2 * static_cast<int64_t>(mix) * hc_dim * 4 + w.blocks_.back().moe->weight_bytes_per_token() +
+             attention_and_engram_bytes(checkpoint, layer, engram_row_bytes);
   }
   w.decode_weight_bytes_ = bytes;
   return weights;

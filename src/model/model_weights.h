@@ -32,11 +32,15 @@ struct BlockWeights {
   std::optional<Engram> engram;
 };
 
+// Binds one block's weights: layers.{layer}.* for layer < n_layers, mtp.{layer - n_layers}.* for the DSpark
+// stages (model/dspark.h). `hasher` is needed where the layer has Engram (backbone only).
+Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer, const NgramHasher* hasher);
+
 class ModelWeights {
  public:
   // Binds the backbone (embed, layers 0..n_layers-1, norm, head) and, when the config has Engram layers,
-  // the hasher built from the checkpoint's tokenizer.json. DSpark stages are not bound (not needed for
-  // target-model decoding).
+  // the hasher built from the checkpoint's tokenizer.json. DSpark stages are bound separately (DSpark::bind,
+  // model/dspark.h; not needed for target-model decoding).
   static Result<std::unique_ptr<ModelWeights>> bind(const Checkpoint& checkpoint);
 
   const ModelConfig& config() const { return config_; }
