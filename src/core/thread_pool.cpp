@@ -23,6 +23,7 @@ inline void cpu_relax() {
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  scratch_ = std::make_unique<ScratchSlot[]>(static_cast<size_t>(num_threads));
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -45,7 +46,7 @@ void ThreadPool::run_chunks(int index) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn, int64_t grain) {
+void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t grains = (n + grain - 1) / grain;
@@ -103,6 +104,49 @@ void ThreadPool::worker_loop(int index) {
       if (--active_ == 0 && !open_) work_done_.notify_one();
     }
   }
+}
+
+void ThreadPool::balance_scratch() {
+  size_t largest = 0;
+  for (int i = 0; i < num_threads(); ++i) {
+    ScratchSlot& slot = scratch_[static_cast<size_t>(i)];
+    if (slot.leased.exchange(true, std::memory_order_acquire)) continue;
+    largest = std::max(largest, slot.arena.capacity_bytes());
+    slot.leased.store(false, std::memory_order_release);
+  }
+  for (int i = 0; i < num_threads(); ++i) {
+    ScratchSlot& slot = scratch_[static_cast<size_t>(i)];
+    if (slot.leased.exchange(true, std::memory_order_acquire)) continue;
+    if (slot.arena.capacity_bytes() < largest) slot.arena.reserve(largest);
+    slot.leased.store(false, std::memory_order_release);
+  }
+}
+
+ThreadScratch::ThreadScratch(ThreadPool* pool, int thread_index) {
+  if (pool == nullptr || thread_index < 0 || thread_index >= pool->num_threads()) return;
+  ThreadPool::ScratchSlot& slot = pool->scratch_[static_cast<size_t>(thread_index)];
+  const std::thread::id self = std::this_thread::get_id();
+  if (slot.leased.exchange(true, std::memory_order_acquire)) {
+    // Held: by this thread (nest in it) or by another one (the private arena).
+    if (slot.holder.load(std::memory_order_relaxed) != self) return;
+    slot_ = &slot;
+    nested_ = true;
+    mark_ = slot.arena.mark();
+    return;
+  }
+  slot.holder.store(self, std::memory_order_relaxed);
+  slot_ = &slot;
+  slot_->arena.reset();
+}
+
+ThreadScratch::~ThreadScratch() {
+  if (slot_ == nullptr) return;
+  if (nested_) {
+    slot_->arena.rewind(mark_);
+    return;
+  }
+  slot_->holder.store(std::thread::id(), std::memory_order_relaxed);
+  slot_->leased.store(false, std::memory_order_release);
 }
 
 }  // namespace dsflash

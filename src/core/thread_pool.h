@@ -1,15 +1,19 @@
 // A fixed pool of worker threads for data-parallel kernels. parallel_for splits [0, n) into contiguous
 // chunks (whole grains) that the caller's thread and the workers take in turn, so a worker that the OS
-// runs late does not hold the others up; it returns when every chunk is done.
+// runs late does not hold the others up; it returns when every chunk is done. The pool also keeps one scratch
+// arena per thread index for the kernels' per-thread buffers (ThreadScratch), so a step allocates nothing.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/function_ref.h"
+#include "core/workspace.h"
 
 namespace dsflash {
 
@@ -27,7 +31,14 @@ class ThreadPool {
   // Ranges are multiples of `grain` (except the last) so kernels can keep blocks whole. thread_index is in
   // [0, num_threads()) and 0 is the caller. A call made while another parallel_for of this pool runs (from
   // inside fn, or from another thread) runs fn(0, n, 0) on the calling thread.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn, int64_t grain = 1);
+  // fn is only referenced (FunctionRef: no copy, no allocation), so a lambda may capture anything.
+  using RangeFn = FunctionRef<void(int64_t, int64_t, int)>;
+  void parallel_for(int64_t n, RangeFn fn, int64_t grain = 1);
+
+  // Grows every thread's scratch arena to the largest one's size. Which thread runs which chunk changes from call
+  // to call, so after a warm-up step this (forward() calls it first) keeps a later step from growing the arena
+  // of a thread that happened to run less before. Arenas in use by another thread are skipped.
+  void balance_scratch();
 
  private:
   void worker_loop(int index);
@@ -38,7 +49,7 @@ class ThreadPool {
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
   // The current job; written only by parallel_for while no worker is inside it.
-  const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
+  const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_grain_ = 1;
   int64_t job_chunk_grains_ = 1;
@@ -48,6 +59,39 @@ class ThreadPool {
   std::atomic<bool> stopping_{false};
   bool open_ = false;  // guarded by mutex_: workers may still join the current job
   int active_ = 0;     // guarded by mutex_: workers inside the current job
+
+  friend class ThreadScratch;
+  struct ScratchSlot {
+    Arena arena;
+    std::atomic<bool> leased{false};
+    std::atomic<std::thread::id> holder{};  // the thread holding the lease (set after taking it)
+  };
+  std::unique_ptr<ScratchSlot[]> scratch_;  // [num_threads()]
+};
+
+// Scratch memory for code running as `thread_index` of `pool` (a parallel_for body, or the caller outside one:
+// index 0): the pool's arena of that index for the scope's lifetime, reset by the outermost scope. A scope
+// opened on the thread that already holds the arena (a kernel called by a kernel, a body run inline on the
+// caller) nests in it, stack-ordered. When another thread holds it (a second thread driving the same pool) or
+// there is no pool, a private arena of the scope is used instead: always correct, but that one allocates.
+class ThreadScratch {
+ public:
+  ThreadScratch(ThreadPool* pool, int thread_index);
+  ~ThreadScratch();
+  ThreadScratch(const ThreadScratch&) = delete;
+  ThreadScratch& operator=(const ThreadScratch&) = delete;
+
+  Arena& arena() { return slot_ != nullptr ? slot_->arena : own_; }
+  template <class T>
+  std::span<T> take(size_t n) {
+    return arena().take<T>(n);
+  }
+
+ private:
+  ThreadPool::ScratchSlot* slot_ = nullptr;
+  bool nested_ = false;  // inside an outer scope of the same thread: rewind to mark_ instead of releasing
+  Arena::Mark mark_;
+  Arena own_;
 };
 
 }  // namespace dsflash

@@ -21,6 +21,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
     runner->pool_ = std::make_unique<ThreadPool>(options.num_threads);
     runner->ctx_ = ComputeContext::for_backend(best_backend(), runner->pool_.get());
   }
+  runner->ctx_.workspace = runner->workspace_.get();
   auto layout = kv::KvLayout::from_config(runner->config());
   if (!layout.ok()) return layout.status().with_context(checkpoint_dir);
   auto manager = kv::KvCacheManager::create(*layout, options.kv_budget_bytes);

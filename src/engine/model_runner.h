@@ -53,7 +53,8 @@ class ModelRunner {
   Checkpoint checkpoint_;
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<ThreadPool> pool_;
-  ComputeContext ctx_;
+  ComputeContext ctx_;  // its workspace is workspace_: one thread at a time runs forwards on context()
+  std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>();
   std::unique_ptr<kv::KvCacheManager> kv_;  // budget RunnerOptions::kv_budget_bytes; memory is taken on first use
 };
 

@@ -306,7 +306,7 @@ Status Scheduler::step(std::vector<Event>* events) {
     rows_of.push_back(p.r);
   }
   if (batch.empty()) return Status::Ok();
-  ForwardOutput out;
+  ForwardOutput& out = step_out_;
   s = forward(weights_, batch, ctx_, &out);  // every segment's KV was reserved above
   if (!s.ok()) {
     for (Running* r : rows_of) finish(r->id, FinishReason::kError, s.message(), events);

@@ -139,7 +139,9 @@ class Scheduler {
 
   Scheduler(const ModelWeights& weights, const ComputeContext& ctx, const SchedulerOptions& options,
          std::unique_ptr<kv::KvCacheManager> kv)
-      : weights_(weights), ctx_(ctx), options_(options), kv_(std::move(kv)) {}
+      : weights_(weights), ctx_(ctx), options_(options), kv_(std::move(kv)) {
+    ctx_.workspace = &workspace_;  // the scheduler's own step scratch (one thread runs its steps)
+  }
 
   Status admit();
   // Maps the cached prefix of r's prompt (when the cache holds more than one window of it) and sets r up to replay
@@ -161,6 +163,8 @@ class Scheduler {
 
   const ModelWeights& weights_;
   ComputeContext ctx_;
+  Workspace workspace_;      // every forward's scratch; grows to the largest step shape, then reused
+  ForwardOutput step_out_;   // reused across steps (keeps the logits capacity)
   SchedulerOptions options_;
   std::unique_ptr<kv::KvCacheManager> kv_;
   RequestId next_id_ = 0;

@@ -71,8 +71,9 @@ void hc_mixes(const float* streams, int64_t num_tokens, const HcSiteWeights& sit
   const int hc = shape.hc;
   const int mix_count = shape.mix_count();
   const int64_t flat = hc * shape.dim;
-  auto run = [&](int64_t begin, int64_t end, int) {
-    std::vector<float> mixes(static_cast<size_t>(mix_count));
+  auto run = [&](int64_t begin, int64_t end, int thread) {
+    ThreadScratch scratch(pool, thread);
+    const std::span<float> mixes = scratch.take<float>(static_cast<size_t>(mix_count));  // [(2+hc)*hc]
     for (int64_t t = begin; t < end; ++t) {
       const float* x = streams + t * flat;
       const float mean_square = cascade_sum_squares(x, flat) / static_cast<float>(flat);

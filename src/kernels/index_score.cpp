@@ -76,7 +76,11 @@ void index_dots16(const float* packed, const float* q, int heads, int64_t dim, f
 }
 
 void index_scores_reference(const IndexScoreArgs& a) {
-  std::vector<float> dot(static_cast<size_t>(a.heads)), per_head(static_cast<size_t>(a.heads));
+  Arena own;
+  Arena& arena = a.scratch != nullptr ? *a.scratch : own;
+  ArenaScope scope(arena);
+  const std::span<float> dot = arena.take<float>(static_cast<size_t>(a.heads));       // [heads]
+  const std::span<float> per_head = arena.take<float>(static_cast<size_t>(a.heads));  // [heads]
   for (int64_t t = 0; t < a.num_queries; ++t) {
     const float* qt = a.q + t * a.heads * a.dim;
     const float* wt = a.weights + t * a.heads;
@@ -91,8 +95,12 @@ void index_scores_reference(const IndexScoreArgs& a) {
 void index_scores_packed16(const IndexScoreArgs& a) {
   const int64_t groups = (a.num_keys + kIndexKeyLanes - 1) / kIndexKeyLanes;
   // packed [groups][dim][16], dots of one group [heads][16]
-  std::vector<float> packed(static_cast<size_t>(groups * kIndexKeyLanes * a.dim));
-  std::vector<float> dots(static_cast<size_t>(a.heads * kIndexKeyLanes)), per_head(static_cast<size_t>(a.heads));
+  Arena own;
+  Arena& arena = a.scratch != nullptr ? *a.scratch : own;
+  ArenaScope scope(arena);
+  const std::span<float> packed = arena.take<float>(static_cast<size_t>(groups * kIndexKeyLanes * a.dim));
+  const std::span<float> dots = arena.take<float>(static_cast<size_t>(a.heads * kIndexKeyLanes));  // [heads][16]
+  const std::span<float> per_head = arena.take<float>(static_cast<size_t>(a.heads));
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t g0 = g * kIndexKeyLanes;
     pack_index_keys(a.keys + g0 * a.dim, std::min<int64_t>(kIndexKeyLanes, a.num_keys - g0), a.dim,

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/workspace.h"
+
 namespace dsflash {
 
 inline constexpr int kIndexKeyLanes = 16;  // keys per packed block
@@ -35,6 +37,9 @@ struct IndexScoreArgs {
   int64_t score_stride = 0;
   int heads = 0;
   int64_t dim = 0;
+  // Memory for the kernel's buffers (packed keys, dot products), taken and given back inside the call; nullptr:
+  // the call uses a private arena (which allocates).
+  Arena* scratch = nullptr;
 };
 
 // The oracle: for each query, key and head the in-order dot, one at a time.

@@ -23,11 +23,11 @@ namespace {
 constexpr int kTile = 8;          // outputs per tile: one ymm of fp32 results
 constexpr int kChunkBlocks = 32;  // blocks per chunk: 8 outputs x 1024 K fp32 = 32 KB of scratch
 
-// Activation codes [rows, k] e4m3 -> fp32 values [rows, k] (exact).
-std::vector<float> widen_activations(const Fp8Activations& x) {
+// Activation codes [rows, k] e4m3 -> fp32 values [rows, k] (exact), in `scratch`.
+std::span<float> widen_activations(const Fp8Activations& x, ThreadScratch& scratch) {
   const LinearDecodeTables& t = linear_decode_tables();
-  std::vector<float> out(static_cast<size_t>(x.rows * x.k));
-  for (int64_t i = 0; i < x.rows * x.k; ++i) out[i] = t.e4m3_f32[x.codes[i]];
+  const std::span<float> out = scratch.take<float>(static_cast<size_t>(x.rows * x.k));
+  for (int64_t i = 0; i < x.rows * x.k; ++i) out[static_cast<size_t>(i)] = t.e4m3_f32[x.codes[i]];
   return out;
 }
 
@@ -141,7 +141,8 @@ template <bool kFp4>
 void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
                     float* y, ThreadPool* pool) {
   if (x.rows <= 0 || out <= 0) return;
-  std::vector<float> act = widen_activations(x);
+  ThreadScratch scratch(pool, 0);
+  const std::span<float> act = widen_activations(x, scratch);
   GemmArgs g;
   g.w = w;
   g.w_scales = w_scales;

@@ -691,7 +691,9 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
     // MXFP4 with few rows (decode, or the few tokens an expert gets in batched decode): one conversion
     // in registers serves every row.
     const int64_t groups = (in + 127) / 128;
-    std::vector<uint16_t> natural(static_cast<size_t>(x.rows * in)), act(static_cast<size_t>(x.rows * groups * 128));
+    ThreadScratch scratch(pool, 0);
+    const std::span<uint16_t> natural = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
+    const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * groups * 128));
     prepare_activation_bf16(x, natural.data(), 0, x.rows);
     for (int64_t r = 0; r < x.rows; ++r)
       fp4_decode_activation_order(natural.data() + r * in, in, act.data() + r * groups * 128);
@@ -706,14 +708,16 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   }
   if (!kFp4 && x.rows == 1) {
     // FP8 decode: block-pair lane order, converted and multiplied in registers.
-    std::vector<uint16_t> act(static_cast<size_t>(g.npairs * 64));
+    ThreadScratch scratch(pool, 0);
+    const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(g.npairs * 64));  // block-pair order
     prepare_activation_pairs(x, g.npairs, act.data());
     g.act = act.data();
     run_tiles(fp8_decode_tiles);
     return;
   }
   // Several rows: plain bf16 activations, converted weight tiles shared by all rows.
-  std::vector<uint16_t> act(static_cast<size_t>(x.rows * in));
+  ThreadScratch scratch(pool, 0);
+  const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
   if (pool)
     pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { prepare_activation_bf16(x, act.data(), r0, r1); });
   else

@@ -1,5 +1,5 @@
 // Fused activation quantisation + quantised GEMM (model.py linear() for FP8 / MXFP4 weights, §4.9).
-#include <vector>
+#include <span>
 
 #include "core/thread_pool.h"
 #include "formats/quant.h"
@@ -10,13 +10,14 @@ namespace dsflash {
 namespace {
 
 struct QuantisedRows {
-  std::vector<uint8_t> codes, scales;  // [rows, k] e4m3, [rows, k/32] ue8m0
+  std::span<uint8_t> codes, scales;  // [rows, k] e4m3, [rows, k/32] ue8m0
 };
 
-QuantisedRows quantise_rows(const float* x, int64_t rows, int64_t k, ThreadPool* pool) {
+// Codes and scales in `scratch` (the caller's thread scratch, held through the GEMM).
+QuantisedRows quantise_rows(const float* x, int64_t rows, int64_t k, ThreadPool* pool, ThreadScratch& scratch) {
   QuantisedRows q;
-  q.codes.resize(static_cast<size_t>(rows * k));
-  q.scales.resize(static_cast<size_t>(rows * (k / 32)));
+  q.codes = scratch.take<uint8_t>(static_cast<size_t>(rows * k));
+  q.scales = scratch.take<uint8_t>(static_cast<size_t>(rows * (k / 32)));
   auto body = [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r)
       act_quant_block32(x + r * k, k, q.codes.data() + r * k, q.scales.data() + r * (k / 32));
@@ -31,14 +32,16 @@ QuantisedRows quantise_rows(const float* x, int64_t rows, int64_t k, ThreadPool*
 void linear_fp8(const float* x, int64_t rows, const Fp8Weight& w, float* y, const LinearKernels& kernels,
                 ThreadPool* pool) {
   if (rows <= 0) return;
-  QuantisedRows q = quantise_rows(x, rows, w.in, pool);
+  ThreadScratch scratch(pool, 0);
+  QuantisedRows q = quantise_rows(x, rows, w.in, pool, scratch);
   kernels.fp8_gemm(Fp8Activations{q.codes.data(), q.scales.data(), rows, w.in}, w, y, pool);
 }
 
 void linear_fp4(const float* x, int64_t rows, const Fp4Weight& w, float* y, const LinearKernels& kernels,
                 ThreadPool* pool) {
   if (rows <= 0) return;
-  QuantisedRows q = quantise_rows(x, rows, w.in, pool);
+  ThreadScratch scratch(pool, 0);
+  QuantisedRows q = quantise_rows(x, rows, w.in, pool, scratch);
   kernels.fp4_gemm(Fp8Activations{q.codes.data(), q.scales.data(), rows, w.in}, w, y, pool);
 }
 

@@ -57,7 +57,11 @@ float cascade_sum_impl(int64_t n, int width, const Load& load) {
   }
   const int64_t vectors = n / width;
   const int64_t groups = vectors / kIlp;
-  std::vector<float> lanes(static_cast<size_t>(width));
+  // Per-lane totals on the stack (every width the kernels use); wider ones on the heap.
+  constexpr int kStackLanes = 64;
+  float stack_lanes[kStackLanes];
+  std::vector<float> heap_lanes(width > kStackLanes ? static_cast<size_t>(width) : 0);
+  float* lanes = width > kStackLanes ? heap_lanes.data() : stack_lanes;
   for (int lane = 0; lane < width; ++lane) {
     float partial[kIlp];
     for (int k = 0; k < kIlp; ++k) {
@@ -65,11 +69,11 @@ float cascade_sum_impl(int64_t n, int width, const Load& load) {
     }
     for (int64_t v = groups * kIlp; v < vectors; ++v) partial[0] += load(v * width + lane);
     for (int k = 1; k < kIlp; ++k) partial[0] += partial[k];
-    lanes[static_cast<size_t>(lane)] = partial[0];
+    lanes[lane] = partial[0];
   }
   float total = 0.0f;
   for (int64_t i = vectors * width; i < n; ++i) total += load(i);
-  for (int lane = 0; lane < width; ++lane) total += lanes[static_cast<size_t>(lane)];
+  for (int lane = 0; lane < width; ++lane) total += lanes[lane];
   return total;
 }
 

@@ -138,9 +138,10 @@ void score_head_group(const float* q_t, int lanes, const float* const* rows, int
 }
 
 // Phase 1 items (query, group of 16 heads): the group's scores into scores [queries][heads][num_entries].
-void score_groups(const SparseAttentionArgs& a, int64_t query0, float* scores, int64_t begin, int64_t end) {
+void score_groups(const SparseAttentionArgs& a, int64_t query0, float* scores, int64_t begin, int64_t end,
+                  Arena& scratch) {
   const int64_t groups = (a.heads + kHeadLanes - 1) / kHeadLanes;
-  std::vector<float> q_t(static_cast<size_t>(a.dim * kHeadLanes));
+  const std::span<float> q_t = scratch.take<float>(static_cast<size_t>(a.dim * kHeadLanes));  // [dim][16]
   for (int64_t item = begin; item < end; ++item) {
     const int64_t query = query0 + item / groups;
     const int head0 = static_cast<int>(item % groups) * kHeadLanes;
@@ -156,8 +157,10 @@ void score_groups(const SparseAttentionArgs& a, int64_t query0, float* scores, i
 }
 
 // Phase 2 items (query, head): the online softmax and P·V as the oracle runs them.
-void attend_heads(const SparseAttentionArgs& a, int64_t query0, const float* scores, int64_t begin, int64_t end) {
-  std::vector<float> num(static_cast<size_t>(a.dim)), mm(static_cast<size_t>(a.dim));
+void attend_heads(const SparseAttentionArgs& a, int64_t query0, const float* scores, int64_t begin, int64_t end,
+                  Arena& scratch) {
+  const std::span<float> num = scratch.take<float>(static_cast<size_t>(a.dim));  // [dim]
+  const std::span<float> mm = scratch.take<float>(static_cast<size_t>(a.dim));   // [dim]
   float probs[kSparseAttentionBlock];
   for (int64_t item = begin; item < end; ++item) {
     const int64_t query = query0 + item / a.heads;
@@ -175,8 +178,9 @@ void attend_best(const SparseAttentionArgs& a, ThreadPool* pool) {
   const int64_t groups = (a.heads + kHeadLanes - 1) / kHeadLanes;
   const int64_t per_query = a.heads * std::max<int64_t>(a.num_entries, 1);
   const int64_t chunk = std::clamp<int64_t>(kScoreBudget / per_query, 1, std::max<int64_t>(a.num_queries, 1));
-  std::vector<float> scores(static_cast<size_t>(chunk * per_query));
-  auto run = [&](int64_t items, const std::function<void(int64_t, int64_t, int)>& fn) {
+  ThreadScratch caller(pool, 0);
+  const std::span<float> scores = caller.take<float>(static_cast<size_t>(chunk * per_query));  // [chunk, heads, entries]
+  auto run = [&](int64_t items, ThreadPool::RangeFn fn) {
     if (pool == nullptr || items < 2) {
       fn(0, items, 0);
     } else {
@@ -185,8 +189,14 @@ void attend_best(const SparseAttentionArgs& a, ThreadPool* pool) {
   };
   for (int64_t query0 = 0; query0 < a.num_queries; query0 += chunk) {
     const int64_t n = std::min(chunk, a.num_queries - query0);
-    run(n * groups, [&](int64_t begin, int64_t end, int) { score_groups(a, query0, scores.data(), begin, end); });
-    run(n * a.heads, [&](int64_t begin, int64_t end, int) { attend_heads(a, query0, scores.data(), begin, end); });
+    run(n * groups, [&](int64_t begin, int64_t end, int thread) {
+      ThreadScratch scratch(pool, thread);
+      score_groups(a, query0, scores.data(), begin, end, scratch.arena());
+    });
+    run(n * a.heads, [&](int64_t begin, int64_t end, int thread) {
+      ThreadScratch scratch(pool, thread);
+      attend_heads(a, query0, scores.data(), begin, end, scratch.arena());
+    });
   }
 }
 

@@ -20,7 +20,7 @@ struct TopkKernels {
 
 // The oracle: a full stable sort by the rule.
 const TopkKernels& reference_topk();
-// Partial selection (nth_element + sort of the k chosen); same result.
+// Selection in a k-entry heap held in `out` (no scratch memory), then a sort of the k chosen; same result.
 const TopkKernels& best_topk();
 
 }  // namespace dsflash

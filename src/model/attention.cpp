@@ -211,17 +211,20 @@ Result<std::unique_ptr<AttentionLayer>> AttentionLayer::bind(const TensorLookup&
 // Compressor (spec §4.4; model.py Compressor.forward): the latents (normalised, bf16 values, before RoPE and FP4)
 // of the groups completed in this call, and their group indices.
 Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
-                                      const ComputeContext& ctx, std::vector<float>* latents,
-                                      std::vector<int64_t>* groups) {
+                                      const ComputeContext& ctx, std::span<float>* latents,
+                                      std::span<int64_t>* groups) {
   const int64_t d = head_dim_;
-  latents->clear();
-  groups->clear();
+  Arena& frame = ctx.workspace->frame();  // the caller's scope holds latents and groups
+  // Groups completed in [start_pos, end_pos): those whose last position p has (p + 1) % ratio == 0.
+  const int64_t end_pos = start_pos + num_tokens;
+  const int64_t completed = end_pos / ratio_ - start_pos / ratio_;
+  *latents = frame.take<float>(static_cast<size_t>(completed * d));  // [completed, head_dim]
+  *groups = frame.take<int64_t>(static_cast<size_t>(completed));
   if (ratio_ == 1) {
     // One token per group: latent = norm(wkv(x)) with the bf16 weight and a bf16 output.
-    latents->resize(static_cast<size_t>(num_tokens * d));
     bf16_linear(x, num_tokens, compressor_wkv_, latents->data(), ctx, true);
     ctx.backend->rmsnorm_bf16(latents->data(), num_tokens, d, compressor_norm_, eps_, latents->data(), ctx.pool);
-    for (int64_t t = 0; t < num_tokens; ++t) groups->push_back(start_pos + t);
+    for (int64_t t = 0; t < num_tokens; ++t) (*groups)[static_cast<size_t>(t)] = start_pos + t;
     return Status::Ok();
   }
   CompressorTail* tail = state.tail(layer_);
@@ -230,13 +233,15 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
                          std::to_string(ratio_) + " compressor tail for this layer");
   }
   // kv, score = wkv(x.float()), wgate(x.float()): fp32 weights, fp32 outputs (no rounding).
-  std::vector<float> kv(static_cast<size_t>(num_tokens * d)), score(static_cast<size_t>(num_tokens * d));
+  ArenaScope scope(frame);  // latents and groups were taken before: they outlive this scope
+  const std::span<float> kv = frame.take<float>(static_cast<size_t>(num_tokens * d));     // [tokens, head_dim]
+  const std::span<float> score = frame.take<float>(static_cast<size_t>(num_tokens * d));  // [tokens, head_dim]
   bf16_linear(x, num_tokens, compressor_wkv_, kv.data(), ctx, false);
   bf16_linear(x, num_tokens, compressor_wgate_, score.data(), ctx, false);
-  const int64_t end_pos = start_pos + num_tokens;
-  std::vector<float> pooled(static_cast<size_t>(d));
-  std::vector<const float*> slot_kv(static_cast<size_t>(ratio_)), slot_score(static_cast<size_t>(ratio_));
-  std::vector<float> e(static_cast<size_t>(ratio_));
+  const std::span<const float*> slot_kv = frame.take<const float*>(static_cast<size_t>(ratio_));
+  const std::span<const float*> slot_score = frame.take<const float*>(static_cast<size_t>(ratio_));
+  const std::span<float> e = frame.take<float>(static_cast<size_t>(ratio_));
+  int64_t emitted = 0;
   for (int64_t p = start_pos; p < end_pos; ++p) {
     if ((p + 1) % ratio_ != 0) continue;
     const int64_t group = p / ratio_;
@@ -263,10 +268,9 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
         const float product = slot_kv[static_cast<size_t>(i)][c] * w;
         acc += product;
       }
-      pooled[static_cast<size_t>(c)] = round_to_bf16(acc);  // kv.to(bf16) before the norm
+      (*latents)[static_cast<size_t>(emitted * d + c)] = round_to_bf16(acc);  // kv.to(bf16) before the norm
     }
-    latents->insert(latents->end(), pooled.begin(), pooled.end());
-    groups->push_back(group);
+    (*groups)[static_cast<size_t>(emitted++)] = group;
   }
   // The pending part: model.py's prefill (start_pos 0) stores only the trailing partial group; a step after
   // prefill stores its token whether or not the group completes.
@@ -277,7 +281,6 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
     std::memcpy(&tail->score[slot], &score[static_cast<size_t>((p - start_pos) * d)],
                 static_cast<size_t>(d) * sizeof(float));
   }
-  const int64_t emitted = static_cast<int64_t>(groups->size());
   if (emitted > 0) {
     ctx.backend->rmsnorm_bf16(latents->data(), emitted, d, compressor_norm_, eps_, latents->data(), ctx.pool);
   }
@@ -286,7 +289,7 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
 
 // Indexer keys and main KV entries of the emitted groups (model.py Indexer keys, then Attention._compress_kv):
 //   key = MXFP4(rope(k_norm(wk(latent)))), kv = FP4-e4m3(rope(latent)), RoPE at the group's first position.
-Status AttentionLayer::store_entries(const std::vector<float>& latents, const std::vector<int64_t>& groups,
+Status AttentionLayer::store_entries(std::span<const float> latents, std::span<const int64_t> groups,
                                      SequenceState& state, const ComputeContext& ctx) {
   CompressedKv* kv = state.compressed(layer_);
   if (kv == nullptr) {
@@ -295,12 +298,16 @@ Status AttentionLayer::store_entries(const std::vector<float>& latents, const st
   const int64_t n = static_cast<int64_t>(groups.size());
   if (n == 0) return Status::Ok();
   const int64_t d = head_dim_, id = index_head_dim_;
-  std::vector<float> keys(static_cast<size_t>(n * id));
+  Arena& frame = ctx.workspace->frame();
+  ArenaScope scope(frame);
+  const std::span<float> keys = frame.take<float>(static_cast<size_t>(n * id));  // [n, index_head_dim]
   bf16_linear(latents.data(), n, index_wk_, keys.data(), ctx, true);
   ctx.backend->rmsnorm_bf16(keys.data(), n, id, index_k_norm_, eps_, keys.data(), ctx.pool);
-  std::vector<float> row(static_cast<size_t>(d));
-  std::vector<uint8_t> kv_packed(static_cast<size_t>(d / 2)), kv_scales(static_cast<size_t>(d / 16));
-  std::vector<uint8_t> key_packed(static_cast<size_t>(id / 2)), key_scales(static_cast<size_t>(id / 32));
+  const std::span<float> row = frame.take<float>(static_cast<size_t>(d));
+  const std::span<uint8_t> kv_packed = frame.take<uint8_t>(static_cast<size_t>(d / 2));   // e2m1 pairs
+  const std::span<uint8_t> kv_scales = frame.take<uint8_t>(static_cast<size_t>(d / 16));  // e4m3 per 16
+  const std::span<uint8_t> key_packed = frame.take<uint8_t>(static_cast<size_t>(id / 2));
+  const std::span<uint8_t> key_scales = frame.take<uint8_t>(static_cast<size_t>(id / 32));
   for (int64_t i = 0; i < n; ++i) {
     if (groups[static_cast<size_t>(i)] != kv->num_entries()) {
       return Status::Error("attention layer " + std::to_string(layer_) + ": compressed KV holds " +
@@ -342,19 +349,22 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
     return Status::Error("attention layer " + std::to_string(layer_) +
                          ": Reindex layer needs the candidate pool of this call (run the candidate source first)");
   }
+  Arena& frame = ctx.workspace->frame();
+  ArenaScope frame_scope(frame);
   // q_I = MXFP4(rope(wq_b(qr))) per head; w = bf16(weights_proj(x)) * (id^-0.5 * ih^-0.5) -> bf16.
-  std::vector<float> q(static_cast<size_t>(num_tokens * ih * id));
+  const std::span<float> q = frame.take<float>(static_cast<size_t>(num_tokens * ih * id));  // [tokens, ih, id]
   fp8_linear_bf16(qr, num_tokens, index_wq_b_, q.data(), ctx);
   {
     const size_t half = static_cast<size_t>(rope_dim_ / 2);
-    std::vector<float> c(half), s(half);
+    ArenaScope angles_scope(frame);
+    const std::span<float> c = frame.take<float>(half), s = frame.take<float>(half);
     for (int64_t t = 0; t < num_tokens; ++t) {
       rope_.angles(start_pos + t, c.data(), s.data());
       rope_.rotate(*ctx.backend, &q[static_cast<size_t>(t * ih * id + id - rope_dim_)], ih, id, c.data(), s.data());
     }
   }
   fake_quant_fp4_ue8m0_block32(q.data(), num_tokens * ih * id);
-  std::vector<float> weights(static_cast<size_t>(num_tokens * ih));
+  const std::span<float> weights = frame.take<float>(static_cast<size_t>(num_tokens * ih));  // [tokens, ih]
   bf16_linear(x, num_tokens, index_weights_proj_, weights.data(), ctx, true);
   const float weight_scale =
       static_cast<float>(std::pow(static_cast<double>(id), -0.5) * std::pow(static_cast<double>(ih), -0.5));
@@ -362,9 +372,13 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
 
   const int64_t k = std::min<int64_t>(index_topk_, width);
   const int64_t blocks = candidate_source_ ? (width + candidate_block_size_ - 1) / candidate_block_size_ : 0;
-  std::vector<int32_t> topk(static_cast<size_t>(num_tokens * k));
-  std::vector<uint8_t> pool_mask;
-  if (candidate_source_) pool_mask.assign(static_cast<size_t>(num_tokens * width), 0);
+  // Published through `shared` (step memory): [tokens, k] and, on the candidate source, the pool [tokens, width].
+  const std::span<int32_t> topk = shared.new_topk(static_cast<size_t>(num_tokens * k));
+  std::span<uint8_t> pool_mask;
+  if (candidate_source_) {
+    pool_mask = shared.new_candidates(static_cast<size_t>(num_tokens * width));
+    std::fill(pool_mask.begin(), pool_mask.end(), uint8_t{0});
+  }
   if (trace != nullptr) {
     trace->index_width = width;
     trace->index_scores.assign(static_cast<size_t>(num_tokens * width), 0.0f);
@@ -375,14 +389,16 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
     }
   }
   const int64_t key_blocks = (width + kKeyBlock - 1) / kKeyBlock;
-  std::vector<float> scores;
+  const std::span<float> scores =
+      frame.take<float>(static_cast<size_t>(std::min(kQueryTile, num_tokens) * width));  // [tile, width]
   for (int64_t tile = 0; tile < num_tokens; tile += kQueryTile) {
     const int64_t tile_n = std::min(kQueryTile, num_tokens - tile);
-    scores.assign(static_cast<size_t>(tile_n * width), 0.0f);
+    std::fill(scores.begin(), scores.begin() + tile_n * width, 0.0f);
     // score[t][j] = bf16( Σ_h bf16( relu(bf16(q_h · k_j)) * w_h ) ), the head sum in torch's cascade order
     // (kernels/index_score.h); threads split the key blocks.
-    auto score_keys = [&](int64_t kb_begin, int64_t kb_end, int) {
-      std::vector<float> key(static_cast<size_t>(kKeyBlock * id));  // [kKeyBlock, id] dequantised keys
+    auto score_keys = [&](int64_t kb_begin, int64_t kb_end, int thread) {
+      ThreadScratch scratch(ctx.pool, thread);
+      const std::span<float> key = scratch.take<float>(static_cast<size_t>(kKeyBlock * id));  // dequantised keys
       for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
         const int64_t j0 = kb * kKeyBlock, j1 = std::min(width, j0 + kKeyBlock);
         for (int64_t j = j0; j < j1; ++j) source->read_index_key(j, &key[static_cast<size_t>((j - j0) * id)]);
@@ -396,6 +412,7 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
         args.score_stride = width;
         args.heads = ih;
         args.dim = id;
+        args.scratch = &scratch.arena();
         ctx.backend->index_scores(args);
       }
     };
@@ -405,9 +422,11 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
       score_keys(0, key_blocks, 0);
     }
     // Per query: visibility, candidate pool (source) or restriction (Reindex), top-k.
-    auto select = [&](int64_t t_begin, int64_t t_end, int) {
-      std::vector<float> block_scores(static_cast<size_t>(blocks));
-      std::vector<int32_t> chosen(static_cast<size_t>(std::max<int64_t>(k, std::min<int64_t>(candidate_blocks_, blocks))));
+    auto select = [&](int64_t t_begin, int64_t t_end, int thread) {
+      ThreadScratch scratch(ctx.pool, thread);
+      const std::span<float> block_scores = scratch.take<float>(static_cast<size_t>(blocks));
+      const std::span<int32_t> chosen = scratch.take<int32_t>(
+          static_cast<size_t>(std::max<int64_t>(k, std::min<int64_t>(candidate_blocks_, blocks))));
       for (int64_t t = t_begin; t < t_end; ++t) {
         const int64_t query = tile + t;
         float* row = &scores[static_cast<size_t>(t * width)];
@@ -458,14 +477,14 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
   }
   shared.topk_layer = layer_;
   shared.topk_width = k;
-  shared.topk = std::move(topk);
+  shared.topk = topk;
   if (candidate_source_) {
     shared.candidate_layer = layer_;
     shared.candidate_width = width;
-    shared.candidates = std::move(pool_mask);
-    if (trace != nullptr) trace->candidates = shared.candidates;
+    shared.candidates = pool_mask;
+    if (trace != nullptr) trace->candidates.assign(pool_mask.begin(), pool_mask.end());
   }
-  if (trace != nullptr) trace->index_topk = shared.topk;
+  if (trace != nullptr) trace->index_topk.assign(topk.begin(), topk.end());
   return Status::Ok();
 }
 
@@ -482,67 +501,83 @@ Status AttentionLayer::compress_new_rows(const float* x, int64_t num_tokens, int
   const int64_t stored_until = own->num_entries() * ratio_;
   const int64_t skip = std::clamp<int64_t>(stored_until - start_pos, 0, num_tokens);
   if (skip == num_tokens) return Status::Ok();
-  std::vector<float> latents;
-  std::vector<int64_t> groups;
+  ArenaScope scope(ctx.workspace->frame());
+  std::span<float> latents;
+  std::span<int64_t> groups;
   Status st = run_compressor(x + skip * dim_, num_tokens - skip, start_pos + skip, state, ctx, &latents, &groups);
   if (!st.ok()) return st;
   st = store_entries(latents, groups, state, ctx);
   if (!st.ok()) return st;
   if (trace != nullptr) {
-    trace->compressor_latent = std::move(latents);
-    trace->compressor_groups = std::move(groups);
+    trace->compressor_latent.assign(latents.begin(), latents.end());
+    trace->compressor_groups.assign(groups.begin(), groups.end());
   }
   return Status::Ok();
 }
 
 Status AttentionLayer::forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
                                          const ComputeContext& ctx, AttentionTrace* trace) {
-  const std::string where = "attention layer " + std::to_string(layer_) + " global-KV path";
-  if (!kv_source_) return Status::Error(where + ": the layer is not a KV source");
-  if (x == nullptr || num_tokens <= 0 || start_pos < 0) return Status::Error(where + ": bad arguments");
-  if (ctx.backend == nullptr) return Status::Error(where + ": ComputeContext has no kernel backend");
+  auto where = [this] { return "attention layer " + std::to_string(layer_) + " global-KV path"; };  // errors only
+  if (!kv_source_) return Status::Error(where() + ": the layer is not a KV source");
+  if (x == nullptr || num_tokens <= 0 || start_pos < 0) return Status::Error(where() + ": bad arguments");
+  if (ctx.backend == nullptr) return Status::Error(where() + ": ComputeContext has no kernel backend");
+  if (ctx.workspace == nullptr) {
+    Workspace private_workspace;
+    ComputeContext with_workspace = ctx;
+    with_workspace.workspace = &private_workspace;
+    return forward_global_kv(x, num_tokens, start_pos, state, with_workspace, trace);
+  }
   if (trace != nullptr) trace->clear();
   Status st = compress_new_rows(x, num_tokens, start_pos, state, ctx, trace);
-  if (!st.ok()) return st.with_context(where);
+  if (!st.ok()) return st.with_context(where());
   return Status::Ok();
 }
 
 Status AttentionLayer::forward(const float* x, const AttentionSegment* segments, int64_t num_segments,
                                const ComputeContext& ctx, float* out) {
-  const std::string where = "attention layer " + std::to_string(layer_);
+  auto where = [this] { return "attention layer " + std::to_string(layer_); };  // error paths only
   if (x == nullptr || out == nullptr || segments == nullptr || num_segments <= 0) {
-    return Status::Error(where + ": bad arguments (no rows or no segments)");
+    return Status::Error(where() + ": bad arguments (no rows or no segments)");
   }
-  if (ctx.backend == nullptr) return Status::Error(where + ": ComputeContext has no kernel backend");
+  if (ctx.backend == nullptr) return Status::Error(where() + ": ComputeContext has no kernel backend");
+  if (ctx.workspace == nullptr) {
+    Workspace private_workspace;
+    ComputeContext with_workspace = ctx;
+    with_workspace.workspace = &private_workspace;
+    return forward(x, segments, num_segments, with_workspace, out);
+  }
   int64_t t_n = 0;  // rows of the call
   for (int64_t i = 0; i < num_segments; ++i) {
     const AttentionSegment& seg = segments[i];
-    const std::string seg_where = where + ", segment " + std::to_string(i);
+    auto seg_where = [&] { return where() + ", segment " + std::to_string(i); };
     if (seg.state == nullptr || seg.shared == nullptr || seg.num_tokens <= 0 || seg.start_pos < 0) {
-      return Status::Error(seg_where + ": bad arguments (num_tokens " + std::to_string(seg.num_tokens) +
+      return Status::Error(seg_where() + ": bad arguments (num_tokens " + std::to_string(seg.num_tokens) +
                            ", start_pos " + std::to_string(seg.start_pos) + ")");
     }
     const SequenceState& state = *seg.state;
     if (layer_ >= state.num_layers() || state.window(layer_).window() != window_ ||
         state.window(layer_).head_dim() != head_dim_) {
-      return Status::Error(seg_where + ": the attention state was not made for this model");
+      return Status::Error(seg_where() + ": the attention state was not made for this model");
     }
     if (seg.shared->start_pos != seg.start_pos || seg.shared->num_tokens != seg.num_tokens) {
-      return Status::Error(seg_where + ": Csa2Shared was reset for positions [" +
+      return Status::Error(seg_where() + ": Csa2Shared was reset for positions [" +
                            std::to_string(seg.shared->start_pos) + ", +" + std::to_string(seg.shared->num_tokens) +
                            "), the call is [" + std::to_string(seg.start_pos) + ", +" +
                            std::to_string(seg.num_tokens) + ")");
     }
     for (int64_t j = 0; j < i; ++j) {
-      if (segments[j].state == seg.state) return Status::Error(seg_where + ": its sequence appears twice in the call");
+      if (segments[j].state == seg.state) return Status::Error(seg_where() + ": its sequence appears twice in the call");
     }
     if (seg.trace != nullptr) seg.trace->clear();
     t_n += seg.num_tokens;
   }
   const int64_t d = head_dim_, h_n = heads_, rd = rope_dim_;
   const size_t half = static_cast<size_t>(rd / 2);
+  Arena& frame = ctx.workspace->frame();
+  ArenaScope frame_scope(frame);
   // Per row: the RoPE angles of its absolute position [rows, rope_dim / 2].
-  std::vector<float> cos_t(static_cast<size_t>(t_n) * half), sin_t(static_cast<size_t>(t_n) * half);
+  const std::span<float> cos_t = frame.take<float>(static_cast<size_t>(t_n) * half);
+  const std::span<float> sin_t = frame.take<float>(static_cast<size_t>(t_n) * half);
   for (int64_t i = 0, row = 0; i < num_segments; ++i) {
     for (int64_t t = 0; t < segments[i].num_tokens; ++t, ++row) {
       rope_.angles(segments[i].start_pos + t, &cos_t[row * half], &sin_t[row * half]);
@@ -550,10 +585,10 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
   }
 
   // q path: qr = q_norm(wq_a(x)) [rows, q_lora]; q = rope(wq_b(qr)) [rows, H, D].
-  std::vector<float> qr(static_cast<size_t>(t_n * q_lora_));
+  const std::span<float> qr = frame.take<float>(static_cast<size_t>(t_n * q_lora_));
   fp8_linear_bf16(x, t_n, wq_a_, qr.data(), ctx);
   ctx.backend->rmsnorm_bf16(qr.data(), t_n, q_lora_, q_norm_, eps_, qr.data(), ctx.pool);
-  std::vector<float> q(static_cast<size_t>(t_n * h_n * d));
+  const std::span<float> q = frame.take<float>(static_cast<size_t>(t_n * h_n * d));
   fp8_linear_bf16(qr.data(), t_n, wq_b_, q.data(), ctx);
   for (int64_t t = 0; t < t_n; ++t) {
     rope_.rotate(*ctx.backend, &q[static_cast<size_t>(t * h_n * d + d - rd)], h_n, d, &cos_t[t * half], &sin_t[t * half]);
@@ -561,18 +596,19 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
 
   // The single latent K = V: kv = FP8(rope(kv_norm(wkv(x)))) [rows, D]; codes/scales are the window ring's bytes,
   // kv their dequantised values.
-  std::vector<float> kv(static_cast<size_t>(t_n * d));
+  const std::span<float> kv = frame.take<float>(static_cast<size_t>(t_n * d));
   fp8_linear_bf16(x, t_n, wkv_, kv.data(), ctx);
   ctx.backend->rmsnorm_bf16(kv.data(), t_n, d, kv_norm_, eps_, kv.data(), ctx.pool);
   for (int64_t t = 0; t < t_n; ++t) {
     rope_.rotate(*ctx.backend, &kv[static_cast<size_t>(t * d + d - rd)], 1, d, &cos_t[t * half], &sin_t[t * half]);
   }
-  std::vector<uint8_t> kv_codes(static_cast<size_t>(t_n * d)), kv_scales(static_cast<size_t>(t_n * d / 32));
+  const std::span<uint8_t> kv_codes = frame.take<uint8_t>(static_cast<size_t>(t_n * d));        // e4m3
+  const std::span<uint8_t> kv_scales = frame.take<uint8_t>(static_cast<size_t>(t_n * d / 32));  // ue8m0
   ctx.backend->act_quant(kv.data(), t_n, d, kv_codes.data(), kv_scales.data(), ctx.pool);
   dequant_e4m3_ue8m0(kv_codes.data(), kv_scales.data(), t_n * d, 32, kv.data());
 
   // Per sequence: window, compressed branch, sparse attention -> o [rows, H, D].
-  std::vector<float> o(static_cast<size_t>(t_n * h_n * d));
+  const std::span<float> o = frame.take<float>(static_cast<size_t>(t_n * h_n * d));
   for (int64_t i = 0, row = 0; i < num_segments; ++i) {
     const AttentionSegment& seg = segments[i];
     Status st = attend_segment(seg, x + row * dim_, &qr[static_cast<size_t>(row * q_lora_)],
@@ -589,8 +625,9 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
                  &sin_t[t * half], true);
   }
   const int64_t group_in = h_n * d / groups_;
-  std::vector<float> group_x(static_cast<size_t>(t_n * group_in)), group_y(static_cast<size_t>(t_n * o_lora_));
-  std::vector<float> oa(static_cast<size_t>(t_n * groups_ * o_lora_));
+  const std::span<float> group_x = frame.take<float>(static_cast<size_t>(t_n * group_in));  // [rows, group_in]
+  const std::span<float> group_y = frame.take<float>(static_cast<size_t>(t_n * o_lora_));   // [rows, o_lora]
+  const std::span<float> oa = frame.take<float>(static_cast<size_t>(t_n * groups_ * o_lora_));
   for (int g = 0; g < groups_; ++g) {
     for (int64_t t = 0; t < t_n; ++t) {
       std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
@@ -611,7 +648,9 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
 Status AttentionLayer::attend_segment(const AttentionSegment& segment, const float* x, const float* qr,
                                       const float* q, const float* kv, const uint8_t* kv_codes,
                                       const uint8_t* kv_scales, const ComputeContext& ctx, float* o) {
-  const std::string where = "attention layer " + std::to_string(layer_);
+  auto where = [this] { return "attention layer " + std::to_string(layer_); };  // error paths only
+  Arena& frame = ctx.workspace->frame();
+  ArenaScope frame_scope(frame);
   SequenceState& state = *segment.state;
   Csa2Shared& shared = *segment.shared;
   AttentionTrace* trace = segment.trace;
@@ -625,11 +664,12 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
   const bool decode_layout = start_pos > 0 && t_n == 1 && shared.prefill_end == 0;
   const int64_t window_entries = decode_layout ? win : std::min(std::max(end_pos, shared.prefill_end), win);
   const int64_t floor = shared.window_floor;
-  std::vector<float> window_rows;  // dequantised rows
-  std::vector<const float*> window_list(static_cast<size_t>(t_n * window_entries), nullptr);
+  std::span<float> window_rows;  // dequantised rows
+  const std::span<const float*> window_list =
+      frame.take_filled<const float*>(static_cast<size_t>(t_n * window_entries), nullptr);
   if (decode_layout) {
     ring.write(start_pos, kv_codes, kv_scales);
-    window_rows.resize(static_cast<size_t>(win * d));
+    window_rows = frame.take<float>(static_cast<size_t>(win * d));
     const int64_t oldest = start_pos % win + 1;
     for (int64_t i = 0; i < win; ++i) {
       const int slot = static_cast<int>((oldest + i) % win);
@@ -641,8 +681,8 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
     }
   } else {
     const int64_t first = std::max<int64_t>(0, start_pos - win + 1);
-    window_rows.resize(static_cast<size_t>((end_pos - first) * d));
-    std::vector<uint8_t> present(static_cast<size_t>(end_pos - first), 0);
+    window_rows = frame.take<float>(static_cast<size_t>((end_pos - first) * d));
+    const std::span<uint8_t> present = frame.take_filled<uint8_t>(static_cast<size_t>(end_pos - first), 0);
     for (int64_t p = first; p < end_pos; ++p) {
       float* row = &window_rows[static_cast<size_t>((p - first) * d)];
       if (p >= start_pos) {
@@ -675,11 +715,11 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
     const int64_t compress_len = end_pos / ratio_;
     if (kv_source_) {
       Status st = compress_new_rows(x, t_n, start_pos, state, ctx, trace);
-      if (!st.ok()) return st.with_context(where);
+      if (!st.ok()) return st.with_context(where());
     }
     compressed = state.compressed(kv_source_layer_);
     if (compressed == nullptr || compressed->num_entries() < compress_len) {
-      return Status::Error(where + ": KV source L" + std::to_string(kv_source_layer_) + " holds " +
+      return Status::Error(where() + ": KV source L" + std::to_string(kv_source_layer_) + " holds " +
                            std::to_string(compressed ? compressed->num_entries() : 0) + " entries, " +
                            std::to_string(compress_len) + " are visible at end position " + std::to_string(end_pos));
     }
@@ -687,14 +727,14 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
       if (compress_len == 0) {
         shared.topk_layer = layer_;
         shared.topk_width = 0;
-        shared.topk.clear();
+        shared.topk = {};
       } else {
         Status st = run_indexer(x, qr, t_n, start_pos, state, shared, ctx, trace);
         if (!st.ok()) return st;
       }
     } else if (shared.topk_layer != index_source_layer_ ||
                static_cast<int64_t>(shared.topk.size()) != t_n * shared.topk_width) {
-      return Status::Error(where + ": Reuse layer needs the top-k of index source L" +
+      return Status::Error(where() + ": Reuse layer needs the top-k of index source L" +
                            std::to_string(index_source_layer_) + " from this call (found L" +
                            std::to_string(shared.topk_layer) + ")");
     }
@@ -704,24 +744,27 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
   // Sparse attention over [window entries ; compressed entries], in tiles of queries; the compressed rows a tile
   // uses are dequantised once per tile.
   const int64_t entries = window_entries + topk_width;
-  std::vector<const float*> list;
-  std::vector<float> compressed_rows;
-  std::vector<int32_t> loaded;  // sorted distinct compressed positions of the tile; row r of compressed_rows
   const float scale = static_cast<float>(std::pow(static_cast<double>(d), -0.5));
   for (int64_t tile = 0; tile < t_n; tile += kQueryTile) {
     const int64_t tile_n = std::min(kQueryTile, t_n - tile);
-    loaded.clear();
+    ArenaScope tile_scope(frame);
+    // Sorted distinct compressed positions of the tile; row r of compressed_rows [loaded, head_dim] holds loaded[r].
+    const std::span<int32_t> loaded_all = frame.take<int32_t>(static_cast<size_t>(tile_n * topk_width));
+    size_t num_loaded = 0;
     for (int64_t t = tile; t < tile + tile_n; ++t) {
       for (int64_t i = 0; i < topk_width; ++i) {
         const int32_t pos = shared.topk[static_cast<size_t>(t * topk_width + i)];
-        if (pos >= 0) loaded.push_back(pos);
+        if (pos >= 0) loaded_all[num_loaded++] = pos;
       }
     }
-    std::sort(loaded.begin(), loaded.end());
-    loaded.erase(std::unique(loaded.begin(), loaded.end()), loaded.end());
-    compressed_rows.resize(loaded.size() * static_cast<size_t>(d));
+    std::sort(loaded_all.begin(), loaded_all.begin() + static_cast<std::ptrdiff_t>(num_loaded));
+    const std::span<int32_t> loaded = loaded_all.first(static_cast<size_t>(
+        std::unique(loaded_all.begin(), loaded_all.begin() + static_cast<std::ptrdiff_t>(num_loaded)) -
+        loaded_all.begin()));
+    const std::span<float> compressed_rows = frame.take<float>(loaded.size() * static_cast<size_t>(d));
     for (size_t r = 0; r < loaded.size(); ++r) compressed->read_kv(loaded[r], &compressed_rows[r * static_cast<size_t>(d)]);
-    list.assign(static_cast<size_t>(tile_n * entries), nullptr);
+    // [tile, entries] row pointers: window entries, then the compressed ones (nullptr = -1).
+    const std::span<const float*> list = frame.take_filled<const float*>(static_cast<size_t>(tile_n * entries), nullptr);
     for (int64_t t = 0; t < tile_n; ++t) {
       const float* const* wl = &window_list[static_cast<size_t>((tile + t) * window_entries)];
       std::copy(wl, wl + window_entries, list.begin() + t * entries);

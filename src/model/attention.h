@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,8 +111,8 @@ class AttentionLayer {
   Status compress_new_rows(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
                            const ComputeContext& ctx, AttentionTrace* trace);
   Status run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
-                        const ComputeContext& ctx, std::vector<float>* latents, std::vector<int64_t>* groups);
-  Status store_entries(const std::vector<float>& latents, const std::vector<int64_t>& groups, SequenceState& state,
+                        const ComputeContext& ctx, std::span<float>* latents, std::span<int64_t>* groups);
+  Status store_entries(std::span<const float> latents, std::span<const int64_t> groups, SequenceState& state,
                        const ComputeContext& ctx);
   // The per-sequence part of forward() for one segment: window rows, compressed branch, sparse attention.
   // x, qr, q, kv and the kv codes/scales are the segment's rows of the batched projections; o [rows, heads, dim].

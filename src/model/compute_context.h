@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "core/workspace.h"
 #include "kernels/backend.h"
 
 namespace dsflash {
@@ -81,6 +82,11 @@ struct ComputeContext {
   const Backend* backend = nullptr;  // reference_backend() or best_backend(); every kernel call goes through it
   ThreadPool* pool = nullptr;        // nullptr: single-threaded
   StepProfile* profile = nullptr;    // nullptr: no timing (the default)
+  // The step's scratch memory (core/workspace.h), owned by the caller (the scheduler, the ModelRunner) and used by
+  // one thread at a time: forward() starts a step on it and every layer takes its buffers from it, so after one
+  // step of a shape the next takes no heap memory. nullptr: each call uses a private workspace (correct, but
+  // it allocates every call).
+  Workspace* workspace = nullptr;
 
   // The context running `backend` on `pool` (nullptr: single-threaded).
   static ComputeContext for_backend(const Backend& backend, ThreadPool* pool = nullptr) {

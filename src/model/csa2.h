@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
+
+#include "core/workspace.h"
 
 #include "kv/sequence_kv.h"
 
@@ -46,13 +49,22 @@ class Csa2Shared {
   // compressed positions ascending, -1 = none (model.py topk_idxs without the window offset).
   int topk_layer = -1;
   int64_t topk_width = 0;
-  std::vector<int32_t> topk;
+  std::span<int32_t> topk;
 
   // Published by the candidate source: [num_tokens, candidate_width] pool mask (1 = in pool),
   // candidate_width = compressed positions visible to the call's last query.
   int candidate_layer = -1;
   int64_t candidate_width = 0;
-  std::vector<uint8_t> candidates;
+  std::span<uint8_t> candidates;
+
+  // Where topk / candidates live: an arena that outlives the forward call (the step arena of the caller's
+  // workspace; forward() sets it), or nullptr: the storage vectors below (layer tests). Not changed by reset().
+  Arena* publish_arena = nullptr;
+  std::vector<int32_t> topk_storage;
+  std::vector<uint8_t> candidates_storage;
+  // Memory for the next published top-k [n] / pool [n]; the previous publication stays readable until then.
+  std::span<int32_t> new_topk(size_t n);
+  std::span<uint8_t> new_candidates(size_t n);
 };
 
 // Optional recorder of one layer's attention intermediates (the goldens' per-layer tensors). Filled by

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -39,14 +40,14 @@ Result<const TensorView*> require(const Engram::TensorLookup& find, const std::s
   return view;
 }
 
-// Runs fn(begin, end) over [0, n) on the pool when there is one.
+// Runs fn(begin, end, thread_index) over [0, n) on the pool when there is one.
 template <class Fn>
 void for_range(ThreadPool* pool, int64_t n, Fn&& fn) {
   if (pool == nullptr || n <= 1) {
-    fn(int64_t{0}, n);
+    fn(int64_t{0}, n, 0);
     return;
   }
-  pool->parallel_for(n, [&](int64_t begin, int64_t end, int) { fn(begin, end); });
+  pool->parallel_for(n, fn);
 }
 
 }  // namespace
@@ -115,6 +116,12 @@ Status Engram::forward(float* streams, int64_t num_tokens, const int64_t* hash_i
   if (streams == nullptr || hash_ids == nullptr) {
     return Status::Error("Engram layer " + std::to_string(layer_) + ": no streams or hash ids given");
   }
+  if (ctx.workspace == nullptr) {
+    Workspace private_workspace;
+    ComputeContext with_workspace = ctx;
+    with_workspace.workspace = &private_workspace;
+    return forward(streams, num_tokens, hash_ids, with_workspace, dead);
+  }
   // Rows are independent: blocks of tokens bound the scratch (wkv output alone is (hc+1)*dim fp32 per token,
   // 100 KB at the released shapes) without changing any value.
   constexpr int64_t kTokensPerBlock = 64;
@@ -134,10 +141,13 @@ void Engram::forward_block(float* streams, int64_t num_tokens, const int64_t* ha
 
   // 1. Table rows: e4m3 * ue8m0 in fp32, then bf16 (ParallelEngramEmbedding); ids outside the table read 0.
   //    rows [num_tokens, C*head_dim], then act_quant for the FP8 GEMM: codes [num_tokens, in], scales [.., in/32].
-  std::vector<uint8_t> codes(static_cast<size_t>(num_tokens * in));
-  std::vector<uint8_t> scales(static_cast<size_t>(num_tokens * (in / 32)));
-  for_range(ctx.pool, num_tokens, [&](int64_t begin, int64_t end) {
-    std::vector<float> row(static_cast<size_t>(in));
+  Arena& frame = ctx.workspace->frame();
+  ArenaScope scope(frame);
+  const std::span<uint8_t> codes = frame.take<uint8_t>(static_cast<size_t>(num_tokens * in));
+  const std::span<uint8_t> scales = frame.take<uint8_t>(static_cast<size_t>(num_tokens * (in / 32)));
+  for_range(ctx.pool, num_tokens, [&](int64_t begin, int64_t end, int thread) {
+    ThreadScratch scratch(ctx.pool, thread);
+    const std::span<float> row = scratch.take<float>(static_cast<size_t>(in));  // [C * head_dim] bf16 values
     for (int64_t t = begin; t < end; ++t) {
       const int64_t* ids = hash_ids + (t * num_hash_layers_ + layer_hash_index_) * columns_;
       for (int c = 0; c < columns_; ++c) {
@@ -158,7 +168,7 @@ void Engram::forward_block(float* streams, int64_t num_tokens, const int64_t* ha
   });
 
   // 2. wkv: [num_tokens, in] x [out, in]^T -> [num_tokens, (hc+1)*dim], rounded to bf16 (the GEMM's output dtype).
-  std::vector<float> kv(static_cast<size_t>(num_tokens * out));
+  const std::span<float> kv = frame.take<float>(static_cast<size_t>(num_tokens * out));
   {
     ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
     ctx.backend->fp8_gemm(Fp8Activations{codes.data(), scales.data(), num_tokens, in}, wkv_, kv.data(), ctx.pool);
@@ -168,7 +178,7 @@ void Engram::forward_block(float* streams, int64_t num_tokens, const int64_t* ha
   const float eps = static_cast<float>(eps_);
   const float inv_sqrt_dim = static_cast<float>(std::pow(static_cast<double>(dim_), -0.5));
   const float clamp_value = 1e-6f;
-  for_range(ctx.pool, num_tokens, [&](int64_t begin, int64_t end) {
+  for_range(ctx.pool, num_tokens, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       float* kv_row = kv.data() + t * out;
       for (int64_t i = 0; i < out; ++i) kv_row[i] = round_to_bf16(kv_row[i]);

@@ -329,7 +329,7 @@ Result<NgramHasher> NgramHasher::create(const ModelConfig& config, std::vector<i
 }
 
 Status NgramHasher::hash(const int32_t* tokens, int64_t num_tokens, int64_t start_pos, kv::EngramHistory* history,
-                         int64_t* out, const uint8_t* dead) const {
+                         int64_t* out, const uint8_t* dead, Arena* scratch) const {
   const int max_ngram = layout_.max_ngram;
   const size_t keep = static_cast<size_t>(max_ngram - 1);
   if (history == nullptr) return Status::Error("Engram hasher: no history given");
@@ -342,8 +342,11 @@ Status NgramHasher::hash(const int32_t* tokens, int64_t num_tokens, int64_t star
     return Status::Error("Engram hasher: the history keeps " + std::to_string(history->capacity()) +
                          " ids, the hasher needs " + std::to_string(keep));
   }
+  Arena own;
+  Arena& arena = scratch != nullptr ? *scratch : own;
+  ArenaScope scope(arena);
   // Compressed ids of this call (kDead inside image spans), validated before anything changes.
-  std::vector<int64_t> compressed(static_cast<size_t>(num_tokens));
+  const std::span<int64_t> compressed = arena.take<int64_t>(static_cast<size_t>(num_tokens));
   for (int64_t i = 0; i < num_tokens; ++i) {
     const int32_t id = tokens[i];
     if (id < 0 || static_cast<size_t>(id) >= token_map_.size()) {
@@ -360,7 +363,7 @@ Status NgramHasher::hash(const int32_t* tokens, int64_t num_tokens, int64_t star
     const int columns = layout_.columns();
     const std::span<const int64_t> recent = history->recent();
     const int64_t history_len = static_cast<int64_t>(recent.size());
-    std::vector<int64_t> window(static_cast<size_t>(max_ngram));  // t_0 (current) .. t_{N-1}
+    const std::span<int64_t> window = arena.take<int64_t>(static_cast<size_t>(max_ngram));  // t_0 (current) .. t_{N-1}
     for (int64_t i = 0; i < num_tokens; ++i) {
       bool blocked = false;
       for (int shift = 0; shift < max_ngram; ++shift) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/workspace.h"
 #include "kv/state_storage.h"
 
 namespace dsflash {
@@ -60,6 +61,9 @@ class NgramHasher {
   int columns() const { return layout_.columns(); }
   int64_t pad_compressed_id() const { return pad_id_; }
 
+  // Sets `history` to what hashing positions [0, end_pos) would have left (the compressed ids of the last N-1 of
+  // them): tokens [end_pos] are the sequence's ids from position 0 (a restored cached prefix; no image spans).
+  Status restore_history(const int32_t* tokens, int64_t end_pos, kv::EngramHistory* history) const;
   // tokens [num_tokens] at absolute positions start_pos .. start_pos+num_tokens-1; start_pos must equal
   // history->num_positions() (errors otherwise), so one prefill, chunked prefill and token-by-token decode
   // give identical ids. dead: optional [num_tokens], nonzero = inside an image span (no n-gram crosses it;
@@ -67,11 +71,10 @@ class NgramHasher {
   // the per-column offsets (golden `prefill.engram_hash` layout); may be nullptr to only advance the history.
   // Look-back rule (engram.py): shift s = 0..N-1 reads position p-s; past the sequence start or at a dead
   // token the slot and every longer shift become pad. hash(order k) = (XOR_{s<k} t_s * m_s) % prime + offset.
-  // Sets `history` to what hashing positions [0, end_pos) would have left (the compressed ids of the last N-1 of
-  // them): tokens [end_pos] are the sequence's ids from position 0 (a restored cached prefix; no image spans).
-  Status restore_history(const int32_t* tokens, int64_t end_pos, kv::EngramHistory* history) const;
+  // scratch: memory for the call's buffers, given back before it returns (nullptr: a private arena, which
+  // allocates).
   Status hash(const int32_t* tokens, int64_t num_tokens, int64_t start_pos, kv::EngramHistory* history,
-              int64_t* out, const uint8_t* dead = nullptr) const;
+              int64_t* out, const uint8_t* dead = nullptr, Arena* scratch = nullptr) const;
 
  private:
   EngramHashLayout layout_;

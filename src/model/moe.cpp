@@ -93,16 +93,24 @@ Result<MoeLayer> MoeLayer::bind(const Checkpoint& checkpoint, const std::string&
 }
 
 void MoeLayer::route(const float* x, int64_t num_tokens, const ComputeContext& ctx, MoeRouting* routing) const {
-  const int num_experts = this->num_experts();
-  std::vector<float> scores(static_cast<size_t>(num_tokens * num_experts));
-  {
-    ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
-    ctx.backend->bf16_gemm(x, num_tokens, gate_, scores.data(), ctx.pool);
-  }
   routing->k = top_k_;
   routing->experts.assign(static_cast<size_t>(num_tokens * top_k_), 0);
   routing->weights.assign(static_cast<size_t>(num_tokens * top_k_), 0.0f);
-  std::vector<float> biased(static_cast<size_t>(num_experts));
+  route(x, num_tokens, ctx, routing->experts.data(), routing->weights.data());
+}
+
+void MoeLayer::route(const float* x, int64_t num_tokens, const ComputeContext& ctx, int32_t* experts,
+                     float* weights) const {
+  Workspace private_workspace;
+  Arena& frame = (ctx.workspace != nullptr ? *ctx.workspace : private_workspace).frame();
+  ArenaScope scope(frame);
+  const int num_experts = this->num_experts();
+  const std::span<float> scores = frame.take<float>(static_cast<size_t>(num_tokens * num_experts));  // [tokens, E]
+  {
+    ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
+    ctx.backend->bf16_gemm(x, num_tokens, gate_, scores.data(), ctx.pool);
+  }
+  const std::span<float> biased = frame.take<float>(static_cast<size_t>(num_experts));
   for (int64_t t = 0; t < num_tokens; ++t) {
     float* s = scores.data() + t * num_experts;
     for (int e = 0; e < num_experts; ++e) s[e] = s[e] / gate_temp_;
@@ -127,8 +135,8 @@ void MoeLayer::route(const float* x, int64_t num_tokens, const ComputeContext& c
       }
     }
     for (int e = 0; e < num_experts; ++e) biased[static_cast<size_t>(e)] = s[e] + bias_[e];
-    int32_t* chosen = routing->experts.data() + t * top_k_;
-    float* w = routing->weights.data() + t * top_k_;
+    int32_t* chosen = experts + t * top_k_;
+    float* w = weights + t * top_k_;
     ctx.backend->topk_select(biased.data(), num_experts, top_k_, chosen);
     for (int i = 0; i < top_k_; ++i) w[i] = s[chosen[i]];
     if (norm_topk_prob_ && top_k_ > 1) {
@@ -142,22 +150,24 @@ void MoeLayer::route(const float* x, int64_t num_tokens, const ComputeContext& c
 }
 
 void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, const uint8_t* scales,
-                          const std::vector<int64_t>& rows, const std::vector<float>& row_weights, bool weighted,
+                          std::span<const int64_t> rows, std::span<const float> row_weights, bool weighted,
                           const ComputeContext& ctx, float* y) const {
   const int64_t n = static_cast<int64_t>(rows.size());
   const int64_t blocks = dim_ / 32;
+  Arena& frame = ctx.workspace->frame();
+  ArenaScope scope(frame);
   // gather the routed rows' FP8 activations: codes [n, dim], scales [n, dim/32]
-  std::vector<uint8_t> row_codes(static_cast<size_t>(n * dim_));
-  std::vector<uint8_t> row_scales(static_cast<size_t>(n * blocks));
+  const std::span<uint8_t> row_codes = frame.take<uint8_t>(static_cast<size_t>(n * dim_));
+  const std::span<uint8_t> row_scales = frame.take<uint8_t>(static_cast<size_t>(n * blocks));
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(row_codes.data() + i * dim_, codes + rows[static_cast<size_t>(i)] * dim_, static_cast<size_t>(dim_));
     std::memcpy(row_scales.data() + i * blocks, scales + rows[static_cast<size_t>(i)] * blocks,
                 static_cast<size_t>(blocks));
   }
   const Fp8Activations x{row_codes.data(), row_scales.data(), n, dim_};
-  std::vector<float> gate(static_cast<size_t>(n * inter_dim_));
-  std::vector<float> up(static_cast<size_t>(n * inter_dim_));
-  if (ProfileScope scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {
+  const std::span<float> gate = frame.take<float>(static_cast<size_t>(n * inter_dim_));  // [n, inter]
+  const std::span<float> up = frame.take<float>(static_cast<size_t>(n * inter_dim_));    // [n, inter]
+  if (ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {
     ctx.backend->fp4_gemm(x, expert.w1_fp4, gate.data(), ctx.pool);
     ctx.backend->fp4_gemm(x, expert.w3_fp4, up.data(), ctx.pool);
   } else {
@@ -179,12 +189,12 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
       gate[static_cast<size_t>(i * inter_dim_ + j)] = round_to_bf16(h);
     }
   }
-  std::vector<uint8_t> h_codes(static_cast<size_t>(n * inter_dim_));
-  std::vector<uint8_t> h_scales(static_cast<size_t>(n * inter_dim_ / 32));
+  const std::span<uint8_t> h_codes = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_));        // e4m3
+  const std::span<uint8_t> h_scales = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_ / 32));  // ue8m0
   ctx.backend->act_quant(gate.data(), n, inter_dim_, h_codes.data(), h_scales.data(), ctx.pool);
   const Fp8Activations h{h_codes.data(), h_scales.data(), n, inter_dim_};
-  std::vector<float> out(static_cast<size_t>(n * dim_));
-  if (ProfileScope scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {
+  const std::span<float> out = frame.take<float>(static_cast<size_t>(n * dim_));  // [n, dim]
+  if (ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {
     ctx.backend->fp4_gemm(h, expert.w2_fp4, out.data(), ctx.pool);
   } else {
     ctx.backend->fp8_gemm(h, expert.w2_fp8, out.data(), ctx.pool);
@@ -198,31 +208,57 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
 
 void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext& ctx, float* out,
                        MoeRouting* routing_out) const {
-  MoeRouting local;
-  MoeRouting& routing = routing_out != nullptr ? *routing_out : local;
-  route(x, num_tokens, ctx, &routing);
+  if (ctx.workspace == nullptr) {
+    Workspace private_workspace;
+    ComputeContext with_workspace = ctx;
+    with_workspace.workspace = &private_workspace;
+    forward(x, num_tokens, with_workspace, out, routing_out);
+    return;
+  }
+  Arena& frame = ctx.workspace->frame();
+  ArenaScope scope(frame);
+  const size_t routed = static_cast<size_t>(num_tokens * top_k_);
+  const std::span<int32_t> chosen = frame.take<int32_t>(routed);  // [tokens, top_k]
+  const std::span<float> weights = frame.take<float>(routed);     // [tokens, top_k]
+  route(x, num_tokens, ctx, chosen.data(), weights.data());
+  if (routing_out != nullptr) {
+    routing_out->k = top_k_;
+    routing_out->experts.assign(chosen.begin(), chosen.end());
+    routing_out->weights.assign(weights.begin(), weights.end());
+  }
 
   // One act_quant of the input serves every expert and the shared expert (it is per row, per 32).
-  std::vector<uint8_t> codes(static_cast<size_t>(num_tokens * dim_));
-  std::vector<uint8_t> scales(static_cast<size_t>(num_tokens * dim_ / 32));
+  const std::span<uint8_t> codes = frame.take<uint8_t>(static_cast<size_t>(num_tokens * dim_));        // e4m3
+  const std::span<uint8_t> scales = frame.take<uint8_t>(static_cast<size_t>(num_tokens * dim_ / 32));  // ue8m0
   ctx.backend->act_quant(x, num_tokens, dim_, codes.data(), scales.data(), ctx.pool);
 
-  std::vector<float> y(static_cast<size_t>(num_tokens * dim_), 0.0f);
-  // Routed experts in ascending id, as the reference loops (the fp32 sum order of y).
-  std::vector<std::vector<int64_t>> rows(experts_.size());
-  std::vector<std::vector<float>> row_weights(experts_.size());
+  const std::span<float> y = frame.take_filled<float>(static_cast<size_t>(num_tokens * dim_), 0.0f);  // fp32 sum
+  // Routed experts in ascending id, as the reference loops (the fp32 sum order of y); each expert's rows in token
+  // order: a counting sort of the (token, slot) pairs by expert into rows / row_weights [tokens * top_k].
+  const size_t num_experts = experts_.size();
+  const std::span<int64_t> first = frame.take_filled<int64_t>(num_experts + 1, 0);  // expert e: [first[e], first[e+1])
+  for (int32_t e : chosen) ++first[static_cast<size_t>(e) + 1];
+  for (size_t e = 0; e < num_experts; ++e) first[e + 1] += first[e];
+  const std::span<int64_t> fill = frame.take<int64_t>(num_experts);
+  std::copy(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(num_experts), fill.begin());
+  const std::span<int64_t> rows = frame.take<int64_t>(routed);
+  const std::span<float> row_weights = frame.take<float>(routed);
   for (int64_t t = 0; t < num_tokens; ++t) {
     for (int i = 0; i < top_k_; ++i) {
-      const auto e = static_cast<size_t>(routing.experts[static_cast<size_t>(t * top_k_ + i)]);
-      rows[e].push_back(t);
-      row_weights[e].push_back(routing.weights[static_cast<size_t>(t * top_k_ + i)]);
+      const size_t slot = static_cast<size_t>(t * top_k_ + i);
+      const auto e = static_cast<size_t>(chosen[slot]);
+      const auto at = static_cast<size_t>(fill[e]++);
+      rows[at] = t;
+      row_weights[at] = weights[slot];
     }
   }
-  for (size_t e = 0; e < experts_.size(); ++e) {
-    if (rows[e].empty()) continue;
-    run_expert(experts_[e], codes.data(), scales.data(), rows[e], row_weights[e], true, ctx, y.data());
+  for (size_t e = 0; e < num_experts; ++e) {
+    const auto begin = static_cast<size_t>(first[e]), end = static_cast<size_t>(first[e + 1]);
+    if (begin == end) continue;
+    run_expert(experts_[e], codes.data(), scales.data(), std::span<const int64_t>(rows).subspan(begin, end - begin),
+               std::span<const float>(row_weights).subspan(begin, end - begin), true, ctx, y.data());
   }
-  std::vector<int64_t> all_rows(static_cast<size_t>(num_tokens));
+  const std::span<int64_t> all_rows = frame.take<int64_t>(static_cast<size_t>(num_tokens));
   for (int64_t t = 0; t < num_tokens; ++t) all_rows[static_cast<size_t>(t)] = t;
   run_expert(shared_, codes.data(), scales.data(), all_rows, {}, false, ctx, y.data());
   for (int64_t i = 0; i < num_tokens * dim_; ++i) out[i] = round_to_bf16(y[static_cast<size_t>(i)]);

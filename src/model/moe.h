@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ class MoeLayer {
 
   // x [tokens, dim] bf16 values -> routing.
   void route(const float* x, int64_t num_tokens, const ComputeContext& ctx, MoeRouting* routing) const;
+  // The same into experts [tokens, top_k] and weights [tokens, top_k] (scratch from ctx.workspace).
+  void route(const float* x, int64_t num_tokens, const ComputeContext& ctx, int32_t* experts, float* weights) const;
   // x [tokens, dim] bf16 values -> out [tokens, dim] bf16 values. out may not alias x.
   // routing_out, when given, receives the gate's choice (for layer tests).
   void forward(const float* x, int64_t num_tokens, const ComputeContext& ctx, float* out,
@@ -52,7 +55,7 @@ class MoeLayer {
  private:
   // Adds w_e * expert(x rows) for one expert into y; rows are the token indices routed to it.
   void run_expert(const ExpertWeights& expert, const uint8_t* codes, const uint8_t* scales,
-                  const std::vector<int64_t>& rows, const std::vector<float>& row_weights, bool weighted,
+                  std::span<const int64_t> rows, std::span<const float> row_weights, bool weighted,
                   const ComputeContext& ctx, float* y) const;
 
   int64_t dim_ = 0;

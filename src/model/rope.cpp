@@ -70,9 +70,17 @@ void Rope::rotate(const Backend& backend, float* x, int64_t count, int64_t strid
 }
 
 void Rope::rotate(const Backend& backend, float* x, int64_t position, bool inverse) const {
-  std::vector<float> c(frequencies_.size()), s(frequencies_.size());
-  angles(position, c.data(), s.data());
-  rotate(backend, x, 1, 0, c.data(), s.data(), inverse);
+  constexpr size_t kStackPairs = 256;  // every released shape (rope_dim 64); larger tables use the heap
+  const size_t pairs = frequencies_.size();
+  if (pairs > kStackPairs) {
+    std::vector<float> c(pairs), s(pairs);
+    angles(position, c.data(), s.data());
+    rotate(backend, x, 1, 0, c.data(), s.data(), inverse);
+    return;
+  }
+  float c[kStackPairs], s[kStackPairs];
+  angles(position, c, s);
+  rotate(backend, x, 1, 0, c, s, inverse);
 }
 
 void Rope::rotate(float* x, const float* cos_in, const float* sin_in, bool inverse) const {
