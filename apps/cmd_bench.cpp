@@ -2,16 +2,23 @@
 // (| model | size | params | test | t/s |, mean ± sd over repetitions), measured side by side in one run:
 //   ppN default / exact   prefill tokens/s of an N-token prompt with the CED bounded-replay plan and the official
 //                         full forward, and their cost ratio (default time / exact time, same prompt);
-//   tgN bB @ dD           decode tokens/s of B sequences decoding together at context depth D (B * N / time);
+//   tgN bB @ dD           decode tokens/s of B sequences decoding together at context depth D (B * N / time), D the
+//                         smallest --depth;
 //   global KV             bytes per token the engine reserved (kv pages, whole blocks) for the longest prompt
 //                         (prompt + the one generated id), and what reserving a --reserve-context context allocates;
-//   decode step @ D       one batch-1 decode step at depth D split into the context-free part (matmuls, MoE, norms,
+//   decode step @ D       one batch-1 decode step at each --depth D (decode_step_ms_by_depth in --json), its ratio
+//                         to the step at the smallest depth, split into the context-free part (matmuls, MoE, norms,
 //                         head: the step at the window depth) and the context-dependent part (the rest), and by
 //                         phase as timed inside the step (StepRecord::phase_ns, include/dsflash/engine.h): indexer scoring +
 //                         top-k (+ candidate pool), sparse attention (row gathers + kernel), linear layers (every
 //                         matmul, with its activation quantisation), other (norms, mHC, rope, routing, Engram,
 //                         compressor arithmetic);
-//   peak RSS              getrusage maximum resident set.
+//   peak RSS              getrusage maximum resident set; bench wall time: the whole run, load included.
+// Every decode figure runs over a synthetic context (GenerationRequest::bench_synthetic_context: the KV of the first
+// depth - n - 2 positions is valid random state written at admission, kv/synthetic_context.h), so a million-token
+// depth costs a fill of its KV, not its prefill; one prompt token is prefilled and the first decode step is a
+// warm-up, not counted. The defaults (one pp512, tg8 x 2 repetitions, depths 1K/128K/1M) aim at under two minutes on
+// the wide tiny preset.
 // --prefix-cache measures only time to first token per -p length N, cold vs a prefix-cache hit: cold = a fresh
 // N-token prompt; hit = an N-token prompt whose first N - 64 tokens were stored by an earlier request (so the
 // cache restores them and Encoder SWA Bounded Replay replays one window), both from submit to the first token
@@ -46,13 +53,12 @@ namespace {
 
 struct BenchOptions {
   std::string model_dir;
-  std::vector<int64_t> prompt_lengths{512, 4096};
-  int64_t decode_tokens = 16;
+  std::vector<int64_t> prompt_lengths{512};
+  int64_t decode_tokens = 8;
   std::vector<int64_t> batches{1, 4, 16};
-  std::vector<int64_t> depths;  // default: the smallest prompt length
-  std::vector<int64_t> breakdown_depths{1024, 8192, 32768};
+  std::vector<int64_t> depths{1024, 131072, 1048576};  // synthetic contexts; the smallest also runs the tg rows
   int64_t chunk = 2048;
-  int repetitions = 3;
+  int repetitions = 2;
   int threads = 0;
   int64_t reserve_context = 1048576;
   bool json = false;
@@ -132,17 +138,20 @@ class Bench {
     return t;
   }
 
-  // The pure decode steps (no prefill in the step) of `batch` requests with a `depth`-token prompt each, decoding
-  // `steps` tokens after their first: the steps whose decode batch is the whole batch, oldest first.
+  // The pure decode steps (no prefill in the step) of `batch` requests at context depth `depth`, after one warm-up
+  // step: each request's first depth - steps - 1 positions are a synthetic context
+  // (GenerationRequest::bench_synthetic_context: valid random KV, nothing prefilled), then one prompt token is
+  // prefilled and `steps` + 1 tokens decoded, so the measured steps attend to depth - steps .. depth - 1 positions.
+  // Returns the steps whose decode batch is the whole batch, oldest first, the warm-up dropped.
   Expected<std::vector<StepRecord>> decode_steps(int64_t depth, int64_t batch, int64_t steps) {
     if (depth < 1) return bench_error("decode depth " + std::to_string(depth) + " must be >= 1");
     (void)engine_.take_step_records();
-    const std::vector<int32_t> prompt = random_prompt(depth, engine_.info().vocab_size, 7);
     std::vector<RequestHandle> handles;
     for (int64_t b = 0; b < batch; ++b) {
       GenerationRequest request;
-      request.prompt_ids = prompt;
-      request.max_tokens = steps + 1;
+      request.prompt_ids = random_prompt(1, engine_.info().vocab_size, static_cast<uint32_t>(7 + b));
+      request.bench_synthetic_context = std::max<int64_t>(0, depth - steps - 2);
+      request.max_tokens = steps + 2;
       request.stop_at_eos = false;
       request.detokenize = false;
       auto handle = engine_.submit(std::move(request));
@@ -158,6 +167,7 @@ class Bench {
     for (const StepRecord& step : engine_.take_step_records()) {
       if (step.prefill_tokens == 0 && step.decode_batch == batch) decode.push_back(step);
     }
+    if (!decode.empty()) decode.erase(decode.begin());  // warm-up
     return decode;
   }
 
@@ -178,6 +188,7 @@ std::string fmt(const Sample& s, int precision = 2) {
 }
 
 int run_bench(const BenchOptions& o) {
+  const auto run_start = std::chrono::steady_clock::now();
   LoadOptions lo;
   lo.num_threads = o.threads;
   lo.kv_budget_bytes = int64_t{64} << 30;  // generous (pages are only backed when written)
@@ -273,13 +284,12 @@ int run_bench(const BenchOptions& o) {
     j["prefill_cost_ratio"] = q.mean;
   }
 
-  // Decode at each depth and batch.
+  // Decode throughput at the smallest depth, per batch.
   std::vector<int64_t> depths = o.depths;
-  if (depths.empty() && !o.prompt_lengths.empty()) {
-    depths.push_back(*std::min_element(o.prompt_lengths.begin(), o.prompt_lengths.end()));
-  }
+  std::sort(depths.begin(), depths.end());
   if (o.prefix_cache) depths.clear();
-  for (int64_t depth : depths) {
+  if (!depths.empty()) {
+    const int64_t depth = depths.front();
     for (int64_t batch : o.batches) {
       // One run decoding every repetition's tokens; its pure decode steps split into repetitions of -n steps.
       auto steps = bench.decode_steps(depth, batch, o.decode_tokens * o.repetitions);
@@ -296,22 +306,18 @@ int run_bench(const BenchOptions& o) {
                           std::to_string(depth),
                       fmt(d)});
       j["decode"][std::to_string(depth)][std::to_string(batch)] = {{"tps", d.mean}, {"tps_sd", d.sd}};
-      if (depth == depths.front()) j["decode_tps_batch" + std::to_string(batch)] = d.mean;
+      j["decode_tps_batch" + std::to_string(batch)] = d.mean;
     }
+    j["decode_depth"] = depth;
   }
-  if (!depths.empty()) j["decode_depth"] = depths.front();
 
-  // One batch-1 decode step at each breakdown depth; the smallest depth is the context-free reference.
-  std::vector<int64_t> bd;
-  for (int64_t depth : o.breakdown_depths) {
-    if (depth > 0 && !o.prefix_cache) bd.push_back(depth);  // 0: none
-  }
-  std::sort(bd.begin(), bd.end());
+  // One batch-1 decode step at each depth (synthetic context), split into the context-free part (the step at the
+  // window depth) and the context-dependent rest, and by phase as timed inside the step.
   double base_step = 0;
   const int64_t reference_depth = std::max<int64_t>(1, info.window_size);
-  const int reps = std::max(3, o.repetitions);
-  if (!bd.empty()) {
-    auto records = bench.decode_steps(reference_depth, 1, reps);
+  const int steps_per_depth = std::max(3, o.repetitions);
+  if (!depths.empty()) {
+    auto records = bench.decode_steps(reference_depth, 1, steps_per_depth);
     if (!records.ok()) return fail(records.error());
     std::vector<double> steps;
     for (const StepRecord& step : *records) steps.push_back(step.seconds);
@@ -319,8 +325,9 @@ int run_bench(const BenchOptions& o) {
     j["decode_step_breakdown"]["reference_depth"] = reference_depth;
     j["decode_step_breakdown"]["reference_step_ms"] = base_step * 1e3;
   }
-  for (int64_t depth : bd) {
-    auto records = bench.decode_steps(depth, 1, reps);
+  double first_step_ms = 0;
+  for (int64_t depth : depths) {
+    auto records = bench.decode_steps(depth, 1, steps_per_depth);
     if (!records.ok()) return fail(records.error());
     if (records->empty()) return fail(bench_error("no decode step at depth " + std::to_string(depth)));
     std::vector<double> steps;
@@ -330,22 +337,26 @@ int run_bench(const BenchOptions& o) {
       for (int p = 0; p < 4; ++p) phase_ns[p] += step.phase_ns[p];
     }
     const Sample step = summarize(steps);
+    if (depth == depths.front()) first_step_ms = step.mean * 1e3;
     const double context = std::max(0.0, step.mean - base_step);
     // Mean ms per step of each phase (phase_ns: other, linear, indexer, attention).
     auto phase_ms = [&](int p) { return static_cast<double>(phase_ns[p]) * 1e-6 / static_cast<double>(steps.size()); };
     const double other = phase_ms(0), linear = phase_ms(1), indexer = phase_ms(2), attention = phase_ms(3);
-    char text[320];
+    char text[400];
     std::snprintf(text, sizeof(text),
-                  "%.2f ms = %.2f context-free + %.2f context; by phase: indexer %.2f, attention %.2f, linear %.2f, "
-                  "other %.2f",
-                  step.mean * 1e3, std::min(base_step, step.mean) * 1e3, context * 1e3, indexer, attention, linear,
-                  other);
+                  "%s ms (x%.2f of d%lld) = %.2f context-free + %.2f context; by phase: indexer %.2f, attention %.2f, "
+                  "linear %.2f, other %.2f",
+                  fmt(Sample{step.mean * 1e3, step.sd * 1e3}).c_str(), step.mean * 1e3 / first_step_ms,
+                  static_cast<long long>(depths.front()), std::min(base_step, step.mean) * 1e3, context * 1e3,
+                  indexer, attention, linear, other);
     rows.push_back({"decode step @ d" + std::to_string(depth), text});
+    j["decode_step_ms_by_depth"][std::to_string(depth)] = step.mean * 1e3;
     j["decode_step_breakdown"][std::to_string(depth)] = {
         {"step_ms", step.mean * 1e3},  {"step_ms_sd", step.sd * 1e3},
         {"context_free_ms", std::min(base_step, step.mean) * 1e3}, {"context_ms", context * 1e3},
         {"indexer_ms", indexer},       {"attention_ms", attention},
-        {"linear_ms", linear},         {"other_ms", other}};
+        {"linear_ms", linear},         {"other_ms", other},
+        {"over_smallest_depth", step.mean * 1e3 / first_step_ms}};
   }
 
   // Global KV actually allocated, and what reserving a long context allocates (pages are not touched).
@@ -373,6 +384,13 @@ int run_bench(const BenchOptions& o) {
   const int64_t rss = peak_rss_bytes();
   j["peak_rss_bytes"] = rss;
   rows.push_back({"peak RSS", std::to_string(rss / (1 << 20)) + " MiB"});
+  const double wall = seconds_since(run_start);
+  j["wall_s"] = wall;
+  {
+    char text[64];
+    std::snprintf(text, sizeof(text), "%.1f s (load included)", wall);
+    rows.push_back({"bench wall time", text});
+  }
 
   if (o.json) {
     std::cout << j.dump(2) << "\n";
@@ -396,8 +414,9 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       ->delimiter(',');
   cmd->add_option("-n,--decode", options->decode_tokens, "decode steps per measurement");
   cmd->add_option("--batch", options->batches, "decode batch sizes, comma separated")->delimiter(',');
-  cmd->add_option("--depth", options->depths, "decode context depths (default: the smallest prompt)")->delimiter(',');
-  cmd->add_option("--breakdown", options->breakdown_depths, "decode-step breakdown depths (0: none)")
+  cmd->add_option("--depth", options->depths,
+                  "decode depths over a synthetic context (valid random KV, nothing prefilled), comma separated; "
+                  "the smallest also runs the tg rows")
       ->delimiter(',');
   cmd->add_option("--chunk", options->chunk, "prefill chunk (tokens)");
   cmd->add_option("-r,--repetitions", options->repetitions, "repetitions per figure");
@@ -415,6 +434,13 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     for (int64_t v : options->prompt_lengths) {
       if (v < 1) {
         std::cerr << "dsflash bench: prompt lengths must be >= 1\n";
+        *exit_code = 2;
+        return;
+      }
+    }
+    for (int64_t v : options->depths) {
+      if (v < 1) {
+        std::cerr << "dsflash bench: depths must be >= 1\n";
         *exit_code = 2;
         return;
       }

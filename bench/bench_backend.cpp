@@ -12,6 +12,7 @@
 
 #include "core/thread_pool.h"
 #include "formats/formats.h"
+#include "formats/quant.h"
 #include "kernels/backend.h"
 
 namespace dsflash {
@@ -163,6 +164,45 @@ void bm_index_scores(benchmark::State& state, const Backend* b, int64_t tokens) 
                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// The same call from stored MXFP4 key rows (index_scores_rows): 32 heads x 128 (V4.1's indexer), 256 keys with
+// random nibbles and scales 2^-3 .. 2^0, q through the MXFP4 fake quantiser (what the indexer feeds).
+void bm_index_scores_rows(benchmark::State& state, const Backend* b, int64_t tokens) {
+  constexpr int kHeads = 32;
+  constexpr int64_t kIndexDim = 128, kKeys = 256, kRowBytes = kIndexDim / 2 + kIndexDim / 32;
+  std::vector<float> q = bf16_normals(tokens * kHeads * kIndexDim, 1.0f, 12);
+  fake_quant_fp4_ue8m0_block32(q.data(), static_cast<int64_t>(q.size()));
+  const std::vector<float> w = bf16_normals(tokens * kHeads, 0.1f, 13);
+  std::vector<uint8_t> bytes(static_cast<size_t>(kKeys * kRowBytes));
+  std::mt19937 rng(14);
+  for (int64_t j = 0; j < kKeys; ++j) {
+    for (int64_t i = 0; i < kRowBytes; ++i) {
+      bytes[static_cast<size_t>(j * kRowBytes + i)] =
+          static_cast<uint8_t>(i < kIndexDim / 2 ? rng() & 255 : 124 + rng() % 4);
+    }
+  }
+  std::vector<const uint8_t*> rows;
+  for (int64_t j = 0; j < kKeys; ++j) rows.push_back(&bytes[static_cast<size_t>(j * kRowBytes)]);
+  std::vector<float> scores(static_cast<size_t>(tokens * kKeys));
+  Arena scratch;
+  IndexScoreRowsArgs args;
+  args.q = q.data();
+  args.weights = w.data();
+  args.key_rows = rows.data();
+  args.scores = scores.data();
+  args.num_queries = tokens;
+  args.num_keys = kKeys;
+  args.score_stride = kKeys;
+  args.heads = kHeads;
+  args.dim = kIndexDim;
+  args.scratch = &scratch;
+  for (auto _ : state) {
+    b->index_scores_rows(args);
+    benchmark::DoNotOptimize(scores.data());
+  }
+  state.counters["keys/s"] = benchmark::Counter(static_cast<double>(tokens * kKeys),
+                                                benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 using BackendBench = void (*)(benchmark::State&, const Backend*, int64_t);
 
 void register_all() {
@@ -170,6 +210,7 @@ void register_all() {
       {"act_quant", bm_act_quant}, {"linear_fp8", bm_linear_fp8}, {"rmsnorm", bm_rmsnorm},
       {"hc_mixes", bm_hc_mixes},   {"hc_pre", bm_hc_pre},         {"hc_post", bm_hc_post},
       {"rope_rotate", bm_rope_rotate}, {"index_scores", bm_index_scores},
+      {"index_scores_rows", bm_index_scores_rows},
   };
   for (const auto& [entry, fn] : entries) {
     for (const Backend* b : available_backends()) {

@@ -73,6 +73,12 @@ struct GenerationRequest {
   bool detokenize = true;       // kText events (needs the tokenizer; ignored without one)
   bool parse_output = false;    // kReasoning / kContent / kToolCall from the V4.1 output parser
   bool thinking = false;        // parse_output: the prompt ended with <think> (generation starts in reasoning)
+  // Benchmarking only (`dsflash bench --depth`): the request runs as if `bench_synthetic_context` random token ids
+  // preceded the prompt, but their KV is not computed: it is filled at admission with valid random state (global KV
+  // entries, window rows, compressor tails, Engram history of those ids), so a decode step can be timed at a depth of
+  // a million positions without prefilling it. The output is meaningless. Usage::prompt_tokens counts these
+  // positions; the prefix cache is never used or fed. 0 = off.
+  int64_t bench_synthetic_context = 0;
 };
 
 struct TokenLogprob {

@@ -206,6 +206,27 @@ Expected<engine::Request> Engine::Impl::validate(const GenerationRequest& reques
   }
   if (out.prompt.empty()) return invalid("the prompt is empty");
   const int64_t vocab = info.vocab_size;
+  if (request.bench_synthetic_context < 0) {
+    return invalid("bench_synthetic_context must be >= 0, got " + std::to_string(request.bench_synthetic_context));
+  }
+  if (request.bench_synthetic_context > 0) {
+    if (request.bench_synthetic_context + static_cast<int64_t>(out.prompt.size()) > info.max_position_embeddings) {
+      return EngineError{ErrorCode::kContextTooLong,
+                         "bench_synthetic_context (" + std::to_string(request.bench_synthetic_context) +
+                             ") + prompt exceed max_position_embeddings " +
+                             std::to_string(info.max_position_embeddings)};
+    }
+    // The ids of the synthetic positions (what the Engram history hashes): deterministic, never special ids 0-2.
+    std::vector<int32_t> ids(static_cast<size_t>(request.bench_synthetic_context));
+    uint64_t state = 0x5DEECE66Dull;
+    for (int32_t& id : ids) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      id = static_cast<int32_t>(3 + (state >> 33) % static_cast<uint64_t>(std::max<int64_t>(1, vocab - 3)));
+    }
+    ids.insert(ids.end(), out.prompt.begin(), out.prompt.end());
+    out.prompt = std::move(ids);
+    out.synthetic_positions = request.bench_synthetic_context;
+  }
   using Ids = std::pair<const std::vector<int32_t>*, const char*>;
   for (const auto& [ids, what] : {Ids{&out.prompt, "prompt"}, Ids{&request.stop_ids, "stop"},
                                   Ids{&request.follow_ids, "follow"}}) {

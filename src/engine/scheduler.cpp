@@ -4,6 +4,7 @@
 
 #include "engine/batch_builder.h"
 #include "engine/sampler.h"
+#include "kv/synthetic_context.h"
 
 namespace dsflash::engine {
 
@@ -150,6 +151,10 @@ Status Scheduler::admit() {
     RequestRecord& rec = records_[next.id];
     rec.status = RequestStatus::kPrefilling;
     const int64_t cached = restore_cached_prefix(next);
+    if (next.request.synthetic_positions > 0) {
+      Status filled = fill_synthetic_prefix(next);
+      if (!filled.ok()) return filled.with_context("admitting request " + std::to_string(next.id));
+    }
     rec.prompt_done = next.seq->num_positions();
     if (rec.preemptions == 0) rec.cached_tokens = cached;
     running_.push_back(std::move(waiting_.front()));
@@ -165,9 +170,25 @@ int32_t Scheduler::input_of_step(const Running& r, int64_t step) const {
                                                    : records_.at(r.id).generated[static_cast<size_t>(step)];
 }
 
+Status Scheduler::fill_synthetic_prefix(Running& r) {
+  const int64_t depth = r.request.synthetic_positions;
+  if (depth >= static_cast<int64_t>(r.prefill_tokens.size())) {
+    return Status::Error("synthetic context of " + std::to_string(depth) + " positions leaves no prompt token of " +
+                         std::to_string(r.prefill_tokens.size()) + " to compute");
+  }
+  Status s = kv_->reserve(r.seq->pages(), depth);
+  if (s.ok()) s = kv::fill_synthetic_context(*r.seq, depth, /*seed=*/0x5EEDull);  // same context every time
+  if (s.ok() && r.seq->engram() != nullptr && weights_.engram_hasher() != nullptr) {
+    s = weights_.engram_hasher()->restore_history(r.prefill_tokens.data(), depth, r.seq->engram());
+  }
+  return s;
+}
+
 int64_t Scheduler::restore_cached_prefix(Running& r) {
   prefix::PrefixCache* cache = options_.prefix_cache;
-  if (cache == nullptr || r.request.prefill.mode != PrefillMode::kBoundedReplay) return 0;
+  if (cache == nullptr || r.request.prefill.mode != PrefillMode::kBoundedReplay || r.request.synthetic_positions > 0) {
+    return 0;
+  }
   const ModelConfig& config = weights_.config();
   const int64_t window = config.window_size;
   const std::vector<kv::BlockHash> hashes = cache->lookup(r.prefill_tokens, *kv_);
@@ -197,7 +218,10 @@ int64_t Scheduler::restore_cached_prefix(Running& r) {
 
 void Scheduler::store_prefix(Running& r) {
   prefix::PrefixCache* cache = options_.prefix_cache;
-  if (cache == nullptr || r.seq == nullptr || r.request.prefill.mode != PrefillMode::kBoundedReplay) return;
+  if (cache == nullptr || r.seq == nullptr || r.request.prefill.mode != PrefillMode::kBoundedReplay ||
+      r.request.synthetic_positions > 0) {
+    return;
+  }
   // Token ids of the positions written: the prefill tokens, then the generated ids fed back so far.
   const RequestRecord& rec = records_[r.id];
   std::vector<int32_t> tokens(r.prefill_tokens.begin(),

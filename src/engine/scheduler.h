@@ -44,6 +44,10 @@ struct Request {
   SamplingParams sampling;         // greedy by default
   bool return_logits = false;      // token events carry their row; kExact: kPromptLogits events with the prompt rows
   std::vector<int32_t> follow;     // teacher forcing: decode step k is fed follow[k] (k < size) instead of token k
+  // Benchmarks only: the first `synthetic_positions` prompt positions are not computed; at admission their KV is
+  // filled with valid random state (kv/synthetic_context.h; Engram history from those prompt ids) and the prefill
+  // starts after them. Never uses or feeds the prefix cache. 0 = off.
+  int64_t synthetic_positions = 0;
 };
 
 enum class RequestStatus { kQueued, kPrefilling, kDecoding, kFinished };
@@ -147,6 +151,8 @@ class Scheduler {
   // Maps the cached prefix of r's prompt (when the cache holds more than one window of it) and sets r up to replay
   // the window before the hit; returns the prompt positions restored (0: no hit).
   int64_t restore_cached_prefix(Running& r);
+  // Request::synthetic_positions: reserves and fills r's first positions with synthetic KV (benchmarks).
+  Status fill_synthetic_prefix(Running& r);
   // Publishes r's whole written blocks to the prefix cache (no-op without one or for the exact plan).
   void store_prefix(Running& r);
   // The token fed at decode step `step` (the input after generated token `step`): follow[step] or that token.

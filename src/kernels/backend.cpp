@@ -105,6 +105,7 @@ Backend simd_backend(const char* name) {
       .hc_post = hc_post_threaded,
       .rope_rotate = rope_rotate_pairs,
       .index_scores = index_scores_packed16,
+      .index_scores_rows = index_scores_rows_packed16,
       .topk_select = best_topk().select,
       .sparse_attention = best_sparse_attention().attend,
   };
@@ -119,7 +120,11 @@ const Backend* avx2_backend() {
 
 const Backend* avx512_backend() {
   if (linear_impl::avx512_kernels() == nullptr) return nullptr;
-  static const Backend backend = simd_backend<linear_impl::avx512_kernels>("avx512");
+  static const Backend backend = [] {
+    Backend b = simd_backend<linear_impl::avx512_kernels>("avx512");
+    if (IndexScoreRowsKernel exact = index_scores_rows_vnni()) b.index_scores_rows = exact;
+    return b;
+  }();
   return &backend;
 }
 
@@ -140,6 +145,7 @@ const Backend& reference_backend() {
       .hc_post = hc_post_single,
       .rope_rotate = rope_rotate_pairs,
       .index_scores = index_scores_reference,
+      .index_scores_rows = index_scores_rows_reference,
       .topk_select = reference_topk().select,
       .sparse_attention = reference_sparse_attention().attend,
   };

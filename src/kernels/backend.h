@@ -61,6 +61,9 @@ struct Backend {
   // --- indexer scores of a block of keys for a tile of queries (kernels/index_score.h IndexScoreArgs).
   // Single-threaded; callers split key blocks over threads.
   void (*index_scores)(const IndexScoreArgs& args);
+  // The same scores from the stored (packed MXFP4) key rows (kernels/index_score.h IndexScoreRowsArgs): the
+  // reference dequantises them; "avx512" runs exact integer dots (VNNI) where the CPU has AVX-512 VNNI.
+  void (*index_scores_rows)(const IndexScoreRowsArgs& args);
 
   // --- top-k (kernels/topk.h): min(k, n) indices of x [n] in descending rank (value desc, index asc).
   void (*topk_select)(const float* x, int64_t n, int64_t k, int32_t* out);

@@ -47,4 +47,36 @@ void index_scores_reference(const IndexScoreArgs& args);
 // The same bits: the keys packed 16 to a group and each query's heads scored against a group by index_dots16.
 void index_scores_packed16(const IndexScoreArgs& args);
 
+// The same scores from the stored indexer key rows (kv/state_storage.h: [dim/2] packed e2m1, low nibble = even
+// element, then [dim/32] ue8m0 scales, block 32), so a table may work on the packed bytes instead of fp32 keys.
+struct IndexScoreRowsArgs {
+  const float* q = nullptr;        // [num_queries, heads, dim] fp32 (MXFP4-rounded values)
+  const float* weights = nullptr;  // [num_queries, heads] fp32 (bf16 values)
+  const uint8_t* const* key_rows = nullptr;  // [num_keys] -> one stored key row ([dim/2 + dim/32] bytes) each
+  float* scores = nullptr;         // scores[t * score_stride + j]
+  int64_t num_queries = 0;
+  int64_t num_keys = 0;            // any count (ragged tails included)
+  int64_t score_stride = 0;
+  int heads = 0;
+  int64_t dim = 0;                 // a multiple of 32
+  Arena* scratch = nullptr;        // as IndexScoreArgs::scratch
+};
+
+// The oracle twin: each row dequantised (exactly), then index_scores_reference.
+void index_scores_rows_reference(const IndexScoreRowsArgs& args);
+// Rows dequantised, then index_scores_packed16 (same bits).
+void index_scores_rows_packed16(const IndexScoreRowsArgs& args);
+// AVX-512 VNNI (vpdpbusd) on the packed bytes, same bits as the oracle. q and k are e2m1 times power-of-two
+// scales: q_d = iq_d * 2^eq_b, k_d = ik_d * 2^(u_b - 128) with iq, ik integers in [-12, 12] (twice the e2m1
+// value), so a block's products are integers times 2^E_b, E_b = eq_b + u_b - 128, and the dot product is
+// N * 2^E_min with N = Σ_b 2^(E_b - E_min) Σ_{d in b} iq_d ik_d an exact integer. Every partial sum of the
+// reference's in-order fp32 loop is such an integer multiple of 2^E_min bounded by Σ_b 12 Σ|iq_b| 2^(E_b - E_min);
+// when that bound is < 2^24 and 2^E_min is a normal float (E_min in [-126, 103]), every product and partial sum
+// is exact in fp32, so the reference's rounded sum IS N * 2^E_min. The kernel checks this per (query, head, key)
+// and computes that group of 16 keys with index_dots16 on dequantised keys where it fails, and the whole call
+// that way when q is not MXFP4-shaped; either way the bits are the oracle's. nullptr when the CPU lacks
+// AVX-512 F/BW/VNNI.
+using IndexScoreRowsKernel = void (*)(const IndexScoreRowsArgs& args);
+IndexScoreRowsKernel index_scores_rows_vnni();
+
 }  // namespace dsflash

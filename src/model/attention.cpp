@@ -398,14 +398,14 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
     // (kernels/index_score.h); threads split the key blocks.
     auto score_keys = [&](int64_t kb_begin, int64_t kb_end, int thread) {
       ThreadScratch scratch(ctx.pool, thread);
-      const std::span<float> key = scratch.take<float>(static_cast<size_t>(kKeyBlock * id));  // dequantised keys
+      const std::span<const uint8_t*> key_rows = scratch.take<const uint8_t*>(static_cast<size_t>(kKeyBlock));
       for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
         const int64_t j0 = kb * kKeyBlock, j1 = std::min(width, j0 + kKeyBlock);
-        for (int64_t j = j0; j < j1; ++j) source->read_index_key(j, &key[static_cast<size_t>((j - j0) * id)]);
-        IndexScoreArgs args;
+        for (int64_t j = j0; j < j1; ++j) key_rows[static_cast<size_t>(j - j0)] = source->index_key_row(j);
+        IndexScoreRowsArgs args;
         args.q = &q[static_cast<size_t>(tile * ih * id)];
         args.weights = &weights[static_cast<size_t>(tile * ih)];
-        args.keys = key.data();
+        args.key_rows = key_rows.data();
         args.scores = &scores[static_cast<size_t>(j0)];
         args.num_queries = tile_n;
         args.num_keys = j1 - j0;
@@ -413,10 +413,60 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
         args.heads = ih;
         args.dim = id;
         args.scratch = &scratch.arena();
-        ctx.backend->index_scores(args);
+        ctx.backend->index_scores_rows(args);
       }
     };
-    if (ctx.pool != nullptr && key_blocks > 1) {
+    if (candidate_restricted_) {
+      // Reindex: only keys in some query's candidate pool can rank (the rest are -inf below), so only they are
+      // scored: the tile's pooled columns, gathered in key blocks, scored, scattered (same kernel, same bits).
+      ArenaScope columns_scope(frame);
+      const std::span<int32_t> columns = frame.take<int32_t>(static_cast<size_t>(width));  // pooled j, ascending
+      int64_t num_columns = 0;
+      for (int64_t j = 0; j < width; ++j) {
+        bool pooled = false;
+        for (int64_t t = 0; t < tile_n && !pooled; ++t) {
+          pooled = shared.candidates[static_cast<size_t>((tile + t) * width + j)] != 0;
+        }
+        if (pooled) columns[static_cast<size_t>(num_columns++)] = static_cast<int32_t>(j);
+      }
+      const std::span<float> pooled_scores =
+          frame.take<float>(static_cast<size_t>(std::max<int64_t>(1, tile_n * num_columns)));  // [tile, columns]
+      auto score_columns = [&](int64_t cb_begin, int64_t cb_end, int thread) {
+        ThreadScratch scratch(ctx.pool, thread);
+        const std::span<const uint8_t*> key_rows = scratch.take<const uint8_t*>(static_cast<size_t>(kKeyBlock));
+        for (int64_t cb = cb_begin; cb < cb_end; ++cb) {
+          const int64_t c0 = cb * kKeyBlock, c1 = std::min(num_columns, c0 + kKeyBlock);
+          for (int64_t c = c0; c < c1; ++c) {
+            key_rows[static_cast<size_t>(c - c0)] = source->index_key_row(columns[static_cast<size_t>(c)]);
+          }
+          IndexScoreRowsArgs args;
+          args.q = &q[static_cast<size_t>(tile * ih * id)];
+          args.weights = &weights[static_cast<size_t>(tile * ih)];
+          args.key_rows = key_rows.data();
+          args.scores = &pooled_scores[static_cast<size_t>(c0)];
+          args.num_queries = tile_n;
+          args.num_keys = c1 - c0;
+          args.score_stride = num_columns;
+          args.heads = ih;
+          args.dim = id;
+          args.scratch = &scratch.arena();
+          ctx.backend->index_scores_rows(args);
+        }
+      };
+      const int64_t column_blocks = (num_columns + kKeyBlock - 1) / kKeyBlock;
+      if (ctx.pool != nullptr && column_blocks > 1) {
+        ctx.pool->parallel_for(column_blocks, score_columns);
+      } else {
+        score_columns(0, column_blocks, 0);
+      }
+      for (int64_t t = 0; t < tile_n; ++t) {
+        float* row = &scores[static_cast<size_t>(t * width)];
+        std::fill(row, row + width, kNegInf);
+        for (int64_t c = 0; c < num_columns; ++c) {
+          row[columns[static_cast<size_t>(c)]] = pooled_scores[static_cast<size_t>(t * num_columns + c)];
+        }
+      }
+    } else if (ctx.pool != nullptr && key_blocks > 1) {
       ctx.pool->parallel_for(key_blocks, score_keys);
     } else {
       score_keys(0, key_blocks, 0);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "dsflash/engine.h"
@@ -235,6 +236,44 @@ TEST_F(EngineTest, LogitsRowsAndTeacherForcing) {
   auto replay = engine->generate(r);
   ASSERT_TRUE(replay.ok());
   EXPECT_EQ(replay->positions, (std::vector<int64_t>{11, 12, 13, 14}));
+}
+
+// GenerationRequest::bench_synthetic_context: the prompt runs after that many positions of synthetic KV (nothing
+// prefilled for them), decodes with finite logits, is deterministic, counts them in the usage, keeps the prefix
+// cache out of it; a negative depth or one past max_position_embeddings is refused.
+TEST_F(EngineTest, BenchSyntheticContextDecodesAtDepth) {
+  auto engine = load();
+  ASSERT_NE(engine, nullptr);
+  GenerationRequest r = greedy(slice(0, 2), 4);
+  r.bench_synthetic_context = 700;
+  r.return_logits = true;
+  (void)engine->take_step_records();
+  auto first = engine->generate(r);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->usage.prompt_tokens, 702);
+  EXPECT_EQ(first->usage.cached_tokens, 0);
+  ASSERT_EQ(first->tokens.size(), 4u);
+  for (float v : first->logits) ASSERT_TRUE(std::isfinite(v));
+  ASSERT_FALSE(first->positions.empty());
+  EXPECT_EQ(first->positions.front(), 701);
+  int64_t prefilled = 0;
+  for (const StepRecord& step : engine->take_step_records()) prefilled += step.prefill_tokens;
+  EXPECT_EQ(prefilled, 2);  // only the real prompt tokens are computed
+  auto second = engine->generate(r);
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_EQ(second->tokens, first->tokens);
+  EXPECT_EQ(second->usage.cached_tokens, 0);
+
+  GenerationRequest negative = r;
+  negative.bench_synthetic_context = -1;
+  auto bad = engine->submit(negative);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidRequest);
+  GenerationRequest deep = r;
+  deep.bench_synthetic_context = engine->info().max_position_embeddings;
+  auto too_deep = engine->submit(deep);
+  ASSERT_FALSE(too_deep.ok());
+  EXPECT_EQ(too_deep.error().code, ErrorCode::kContextTooLong);
 }
 
 TEST_F(EngineTest, BadRequestsGiveTypedErrors) {

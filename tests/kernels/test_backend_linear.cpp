@@ -33,7 +33,7 @@ TEST(Backend, TablesAreCompleteAndOrdered) {
     // Every entry set (a table is a plain struct of pointers: check each by name).
     EXPECT_TRUE(b->name && b->fp8_gemm && b->fp4_gemm && b->bf16_gemm && b->act_quant && b->linear_fp8 &&
                 b->linear_fp4 && b->rmsnorm_bf16 && b->hc_mixes && b->hc_pre && b->hc_post && b->rope_rotate &&
-                b->index_scores && b->topk_select && b->sparse_attention)
+                b->index_scores && b->index_scores_rows && b->topk_select && b->sparse_attention)
         << b->name;
   }
 }

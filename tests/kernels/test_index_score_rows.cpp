@@ -1,0 +1,167 @@
+// Indexer scores from stored MXFP4 key rows (kernels/index_score.h IndexScoreRowsArgs): every table's
+// index_scores_rows equals the oracle (rows dequantised + in-order fp32 dots) bit for bit on random shapes, ragged
+// key tails and query counts; also where the exact-integer path must fall back: scales far apart within a row
+// (partial sums past 2^24 ulps), tiny scales (below the normal range), NaN scales, and q that is not MXFP4-shaped.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/quant.h"
+#include "kernels/backend.h"
+#include "kernels/index_score.h"
+
+namespace dsflash {
+namespace {
+
+struct Case {
+  std::vector<float> q, w;
+  std::vector<std::vector<uint8_t>> rows;
+  int64_t queries = 0, keys = 0;
+  int heads = 0;
+  int64_t dim = 0;
+};
+
+// q: normal values through the MXFP4 fake quantiser (what the indexer feeds); keys: random nibbles and ue8m0
+// scale codes in [scale_lo, scale_hi]; weights bf16 values.
+Case make_case(uint32_t seed, int64_t queries, int64_t keys, int heads, int64_t dim, int scale_lo, int scale_hi,
+               float q_sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255), scale(scale_lo, scale_hi);
+  Case c;
+  c.queries = queries;
+  c.keys = keys;
+  c.heads = heads;
+  c.dim = dim;
+  c.q.resize(static_cast<size_t>(queries * heads * dim));
+  for (float& v : c.q) v = normal(rng) * q_sigma;
+  fake_quant_fp4_ue8m0_block32(c.q.data(), static_cast<int64_t>(c.q.size()));
+  c.w.resize(static_cast<size_t>(queries * heads));
+  for (float& v : c.w) v = std::ldexp(std::round(normal(rng) * 64.0f), -8);
+  c.rows.resize(static_cast<size_t>(keys));
+  for (auto& row : c.rows) {
+    row.resize(static_cast<size_t>(dim / 2 + dim / 32));
+    for (int64_t i = 0; i < dim / 2; ++i) row[static_cast<size_t>(i)] = static_cast<uint8_t>(byte(rng));
+    for (int64_t b = 0; b < dim / 32; ++b) row[static_cast<size_t>(dim / 2 + b)] = static_cast<uint8_t>(scale(rng));
+  }
+  return c;
+}
+
+std::vector<float> run(const Case& c, void (*kernel)(const IndexScoreRowsArgs&)) {
+  std::vector<const uint8_t*> rows;
+  for (const auto& row : c.rows) rows.push_back(row.data());
+  const int64_t stride = c.keys + 3;
+  std::vector<float> scores(static_cast<size_t>(c.queries * stride), 12345.0f);
+  IndexScoreRowsArgs a;
+  a.q = c.q.data();
+  a.weights = c.w.data();
+  a.key_rows = rows.data();
+  a.scores = scores.data();
+  a.num_queries = c.queries;
+  a.num_keys = c.keys;
+  a.score_stride = stride;
+  a.heads = c.heads;
+  a.dim = c.dim;
+  kernel(a);
+  return scores;
+}
+
+void expect_same_bits(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i]) && std::isnan(got[i])) continue;  // NaN sign/payload unspecified (no table keeps it)
+    ASSERT_EQ(std::memcmp(&want[i], &got[i], sizeof(float)), 0) << what << " at " << i << ": " << want[i] << " vs "
+                                                                << got[i];
+  }
+}
+
+std::vector<std::pair<std::string, void (*)(const IndexScoreRowsArgs&)>> kernels() {
+  std::vector<std::pair<std::string, void (*)(const IndexScoreRowsArgs&)>> all;
+  for (const Backend* b : available_backends()) all.emplace_back(b->name, b->index_scores_rows);
+  all.emplace_back("packed16", index_scores_rows_packed16);
+  if (IndexScoreRowsKernel vnni = index_scores_rows_vnni()) all.emplace_back("vnni", vnni);
+  return all;
+}
+
+TEST(IndexScoreRows, EveryTableIsTheOracleOnRandomShapes) {
+  uint32_t seed = 1;
+  for (int heads : {1, 5, 8, 32}) {
+    for (int64_t dim : {32, 64, 128}) {
+      for (int64_t keys : {1, 15, 16, 17, 100, 256}) {
+        for (int64_t queries : {1, 3}) {
+          const Case c = make_case(seed++, queries, keys, heads, dim, 122, 128);
+          const std::vector<float> want = run(c, index_scores_rows_reference);
+          for (const auto& [name, kernel] : kernels()) {
+            expect_same_bits(want, run(c, kernel),
+                             name + " heads " + std::to_string(heads) + " dim " + std::to_string(dim) + " keys " +
+                                 std::to_string(keys) + " queries " + std::to_string(queries));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(IndexScoreRows, FallbacksKeepTheOracleBits) {
+  struct Extreme {
+    const char* what;
+    int scale_lo, scale_hi;
+    float q_sigma;
+  };
+  // far-apart block scales (shift > 11 or partial sums past 2^24), sub-normal products, NaN scale codes, huge q
+  const Extreme extremes[] = {{"spread", 100, 140, 1.0f},
+                              {"tiny", 0, 4, 1e-30f},
+                              {"nan scale", 250, 255, 1.0f},
+                              {"large", 200, 230, 1e20f}};
+  uint32_t seed = 100;
+  for (const Extreme& e : extremes) {
+    for (int64_t keys : {7, 33}) {
+      const Case c = make_case(seed++, 2, keys, 8, 128, e.scale_lo, e.scale_hi, e.q_sigma);
+      const std::vector<float> want = run(c, index_scores_rows_reference);
+      for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " " + e.what);
+    }
+  }
+  // q that is not e2m1 times a power of two (a value between codes): the whole call falls back.
+  Case c = make_case(seed++, 2, 20, 4, 64, 124, 127);
+  c.q[5] = 0.7f;
+  const std::vector<float> want = run(c, index_scores_rows_reference);
+  for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " not MXFP4");
+}
+
+TEST(IndexScoreRows, RowsMatchTheFp32KeyEntry) {
+  // index_scores_rows of the stored rows == index_scores of the dequantised keys, same table.
+  const Case c = make_case(7, 2, 40, 32, 128, 123, 127);
+  std::vector<float> keys(static_cast<size_t>(c.keys * c.dim));
+  for (int64_t j = 0; j < c.keys; ++j) {
+    const uint8_t* row = c.rows[static_cast<size_t>(j)].data();
+    dequant_e2m1_ue8m0(row, row + c.dim / 2, c.dim, 32, &keys[static_cast<size_t>(j * c.dim)]);
+  }
+  for (const Backend* b : available_backends()) {
+    std::vector<float> scores(static_cast<size_t>(c.queries * c.keys));
+    IndexScoreArgs a;
+    a.q = c.q.data();
+    a.weights = c.w.data();
+    a.keys = keys.data();
+    a.scores = scores.data();
+    a.num_queries = c.queries;
+    a.num_keys = c.keys;
+    a.score_stride = c.keys;
+    a.heads = c.heads;
+    a.dim = c.dim;
+    b->index_scores(a);
+    const std::vector<float> rows = run(c, b->index_scores_rows);
+    for (int64_t t = 0; t < c.queries; ++t) {
+      for (int64_t j = 0; j < c.keys; ++j) {
+        const float x = scores[static_cast<size_t>(t * c.keys + j)], y = rows[static_cast<size_t>(t * (c.keys + 3) + j)];
+        ASSERT_EQ(std::memcmp(&x, &y, sizeof(float)), 0) << b->name << " " << t << " " << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsflash
