@@ -15,7 +15,7 @@
 //                         compressor arithmetic);
 //   peak RSS              getrusage maximum resident set; bench wall time: the whole run, load included.
 // Every decode figure runs over a synthetic context (GenerationRequest::bench_synthetic_context: the KV of the first
-// depth - n - 2 positions is valid random state written at admission, kv/synthetic_context.h), so a million-token
+// depth - n - 3 positions is valid random state written at admission, kv/synthetic_context.h), so a million-token
 // depth costs a fill of its KV, not its prefill; one prompt token is prefilled and the first decode step is a
 // warm-up, not counted. The defaults (one pp512, tg8 x 2 repetitions, depths 1K/128K/1M) aim at under two minutes on
 // the wide tiny preset.
@@ -139,7 +139,7 @@ class Bench {
   }
 
   // The pure decode steps (no prefill in the step) of `batch` requests at context depth `depth`, after one warm-up
-  // step: each request's first depth - steps - 1 positions are a synthetic context
+  // step: each request's first depth - steps - 3 positions are a synthetic context
   // (GenerationRequest::bench_synthetic_context: valid random KV, nothing prefilled), then one prompt token is
   // prefilled and `steps` + 1 tokens decoded, so the measured steps attend to depth - steps .. depth - 1 positions.
   // Returns the steps whose decode batch is the whole batch, oldest first, the warm-up dropped.
@@ -150,7 +150,7 @@ class Bench {
     for (int64_t b = 0; b < batch; ++b) {
       GenerationRequest request;
       request.prompt_ids = random_prompt(1, engine_.info().vocab_size, static_cast<uint32_t>(7 + b));
-      request.bench_synthetic_context = std::max<int64_t>(0, depth - steps - 2);
+      request.bench_synthetic_context = std::max<int64_t>(0, depth - steps - 3);
       request.max_tokens = steps + 2;
       request.stop_at_eos = false;
       request.detokenize = false;
