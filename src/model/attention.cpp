@@ -276,10 +276,7 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
   // prefill stores its token whether or not the group completes.
   const int64_t first_stored = start_pos == 0 ? end_pos - end_pos % ratio_ : start_pos;
   for (int64_t p = first_stored; p < end_pos; ++p) {
-    const size_t slot = static_cast<size_t>((p % ratio_) * d);
-    std::memcpy(&tail->kv[slot], &kv[static_cast<size_t>((p - start_pos) * d)], static_cast<size_t>(d) * sizeof(float));
-    std::memcpy(&tail->score[slot], &score[static_cast<size_t>((p - start_pos) * d)],
-                static_cast<size_t>(d) * sizeof(float));
+    tail->store(p, &kv[static_cast<size_t>((p - start_pos) * d)], &score[static_cast<size_t>((p - start_pos) * d)]);
   }
   if (emitted > 0) {
     ctx.backend->rmsnorm_bf16(latents->data(), emitted, d, compressor_norm_, eps_, latents->data(), ctx.pool);
