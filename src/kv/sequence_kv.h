@@ -67,6 +67,7 @@ class SequenceKv {
 
  private:
   friend class KvCacheManager;
+  friend class SequenceSnapshot;  // rolls num_positions back
   struct ArenaDelete {
     void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{64}); }
   };

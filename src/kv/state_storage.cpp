@@ -17,6 +17,12 @@ void WindowRing::write(int64_t position, const uint8_t* codes, const uint8_t* sc
   positions_[slot] = position;
 }
 
+void WindowRing::restore_slot(int slot, const uint8_t* codes, const uint8_t* scales, int64_t tag) {
+  std::memcpy(codes_ + static_cast<int64_t>(slot) * head_dim_, codes, static_cast<size_t>(head_dim_));
+  std::memcpy(scales_ + static_cast<int64_t>(slot) * (head_dim_ / 32), scales, static_cast<size_t>(head_dim_ / 32));
+  positions_[slot] = tag;
+}
+
 void WindowRing::read_slot(int slot, float* out) const {
   dequant_e4m3_ue8m0(slot_codes(slot), slot_scales(slot), head_dim_, 32, out);
 }
@@ -91,7 +97,28 @@ void CompressorTail::reset() {
   std::fill(score.begin(), score.end(), -std::numeric_limits<float>::infinity());
 }
 
+void RowJournal::arm(int64_t first, int64_t num_rows, int64_t row_width) {
+  first_position = first;
+  capacity = num_rows;
+  width = row_width;
+  rows.assign(static_cast<size_t>(num_rows * row_width), 0.0f);
+}
+
+void CompressorTail::store(int64_t position, const float* kv_row, const float* score_row) {
+  const size_t slot = static_cast<size_t>((position % ratio) * head_dim);
+  const size_t n = static_cast<size_t>(head_dim);
+  std::memcpy(&kv[slot], kv_row, n * sizeof(float));
+  std::memcpy(&score[slot], score_row, n * sizeof(float));
+  if (journal != nullptr && position >= journal->first_position &&
+      position < journal->first_position + journal->capacity) {
+    float* row = &journal->rows[static_cast<size_t>((position - journal->first_position) * journal->width)];
+    std::memcpy(row, kv_row, n * sizeof(float));
+    std::memcpy(row + n, score_row, n * sizeof(float));
+  }
+}
+
 void EngramHistory::append(std::span<const int64_t> ids) {
+  if (journal_ != nullptr) journal_->insert(journal_->end(), ids.begin(), ids.end());
   const int64_t n = static_cast<int64_t>(ids.size());
   if (capacity_ > 0) {
     int64_t* recent = storage_ + 1;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/status.h"
 
@@ -44,6 +45,9 @@ class WindowRing {
 
   // Stores the row of `position` (>= 0): codes [head_dim] e4m3, scales [head_dim/32] ue8m0.
   void write(int64_t position, const uint8_t* codes, const uint8_t* scales);
+  // Puts a slot back as it was (a rollback, kv/sequence_snapshot.h): codes [head_dim], scales [head_dim/32], tag
+  // = the position it held or -1.
+  void restore_slot(int slot, const uint8_t* codes, const uint8_t* scales, int64_t tag);
   // The position held by `slot`, or -1.
   int64_t slot_position(int slot) const { return positions_[slot]; }
   bool holds(int64_t position) const { return position >= 0 && positions_[position % window_] == position; }
@@ -114,11 +118,25 @@ class CompressedKv {
 
 // The pending part of a ratio > 1 group (model.py Compressor kv_state / score_state): slot = position % ratio.
 // Slots keep their last values after a group is emitted (as the reference's buffers do).
+// Journal of rows written while a rollback snapshot is armed (kv/sequence_snapshot.h): the rows of positions
+// [first_position, first_position + capacity), in position order.
+struct RowJournal {
+  int64_t first_position = 0;
+  int64_t capacity = 0;       // rows
+  int64_t width = 0;          // values per row
+  std::vector<float> rows;    // [capacity, width]
+  void arm(int64_t first, int64_t num_rows, int64_t row_width);
+};
+
 struct CompressorTail {
   int ratio = 0;
   int64_t head_dim = 0;
   std::span<float> kv;     // [ratio, head_dim] fp32, 0 after reset()
   std::span<float> score;  // [ratio, head_dim] fp32, -inf after reset()
+  RowJournal* journal = nullptr;  // armed by a snapshot: every store() of a position it covers is copied there
+  // Stores the row of `position` in slot position % ratio: kv [head_dim], score [head_dim] fp32 (journaled as
+  // [kv ; score]).
+  void store(int64_t position, const float* kv_row, const float* score_row);
   static int64_t storage_bytes(int ratio, int64_t head_dim) {
     return 2 * static_cast<int64_t>(ratio) * head_dim * static_cast<int64_t>(sizeof(float));
   }
@@ -148,6 +166,8 @@ class EngramHistory {
   // The compressed ids (or kDead) of positions num_positions() .. num_positions()+ids.size()-1: keeps the last
   // capacity() of them and advances num_positions().
   void append(std::span<const int64_t> ids);
+  // Armed by a rollback snapshot: append() also pushes its ids here (null = off).
+  void set_journal(std::vector<int64_t>* journal) { journal_ = journal; }
   // Sets the state of a sequence restored after `num_positions` positions; recent must hold
   // min(capacity, num_positions) ids (error otherwise, nothing changed).
   Status restore(int64_t num_positions, std::span<const int64_t> recent);
@@ -157,6 +177,7 @@ class EngramHistory {
  private:
   int64_t capacity_ = 0;
   int64_t* storage_ = nullptr;
+  std::vector<int64_t>* journal_ = nullptr;  // not owned
 };
 
 }  // namespace dsflash::kv

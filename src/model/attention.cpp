@@ -276,10 +276,7 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
   // prefill stores its token whether or not the group completes.
   const int64_t first_stored = start_pos == 0 ? end_pos - end_pos % ratio_ : start_pos;
   for (int64_t p = first_stored; p < end_pos; ++p) {
-    const size_t slot = static_cast<size_t>((p % ratio_) * d);
-    std::memcpy(&tail->kv[slot], &kv[static_cast<size_t>((p - start_pos) * d)], static_cast<size_t>(d) * sizeof(float));
-    std::memcpy(&tail->score[slot], &score[static_cast<size_t>((p - start_pos) * d)],
-                static_cast<size_t>(d) * sizeof(float));
+    tail->store(p, &kv[static_cast<size_t>((p - start_pos) * d)], &score[static_cast<size_t>((p - start_pos) * d)]);
   }
   if (emitted > 0) {
     ctx.backend->rmsnorm_bf16(latents->data(), emitted, d, compressor_norm_, eps_, latents->data(), ctx.pool);
@@ -669,30 +666,40 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
     row += seg.num_tokens;
   }
 
+  project_output(o.data(), t_n, cos_t.data(), sin_t.data(), ctx, out);
+  return Status::Ok();
+}
+
+void AttentionLayer::project_output(float* o, int64_t rows, const float* cos, const float* sin,
+                                    const ComputeContext& ctx, float* out) const {
+  const int64_t d = head_dim_, h_n = heads_, rd = rope_dim_;
+  const size_t half = static_cast<size_t>(rd / 2);
   // Remove the query rotation from the output, then the grouped wo_a (bf16 einsum) and wo_b (FP8), all rows.
-  for (int64_t t = 0; t < t_n; ++t) {
-    rope_.rotate(*ctx.backend, &o[static_cast<size_t>(t * h_n * d + d - rd)], h_n, d, &cos_t[t * half],
-                 &sin_t[t * half], true);
+  for (int64_t t = 0; t < rows; ++t) {
+    rope_.rotate(*ctx.backend, &o[static_cast<size_t>(t * h_n * d + d - rd)], h_n, d, &cos[t * half], &sin[t * half],
+                 true);
   }
+  Workspace private_workspace;  // only when the caller has none
+  Arena& frame = (ctx.workspace != nullptr ? *ctx.workspace : private_workspace).frame();
+  ArenaScope scope(frame);
   const int64_t group_in = h_n * d / groups_;
-  const std::span<float> group_x = frame.take<float>(static_cast<size_t>(t_n * group_in));  // [rows, group_in]
-  const std::span<float> group_y = frame.take<float>(static_cast<size_t>(t_n * o_lora_));   // [rows, o_lora]
-  const std::span<float> oa = frame.take<float>(static_cast<size_t>(t_n * groups_ * o_lora_));
+  const std::span<float> group_x = frame.take<float>(static_cast<size_t>(rows * group_in));  // [rows, group_in]
+  const std::span<float> group_y = frame.take<float>(static_cast<size_t>(rows * o_lora_));   // [rows, o_lora]
+  const std::span<float> oa = frame.take<float>(static_cast<size_t>(rows * groups_ * o_lora_));
   for (int g = 0; g < groups_; ++g) {
-    for (int64_t t = 0; t < t_n; ++t) {
+    for (int64_t t = 0; t < rows; ++t) {
       std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
                   static_cast<size_t>(group_in) * sizeof(float));
     }
     const Bf16Weight w{wo_a_.data() + static_cast<size_t>(g) * static_cast<size_t>(o_lora_ * group_in), o_lora_,
                        group_in};
-    bf16_linear(group_x.data(), t_n, w, group_y.data(), ctx, true);
-    for (int64_t t = 0; t < t_n; ++t) {
+    bf16_linear(group_x.data(), rows, w, group_y.data(), ctx, true);
+    for (int64_t t = 0; t < rows; ++t) {
       std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)],
                   &group_y[static_cast<size_t>(t * o_lora_)], static_cast<size_t>(o_lora_) * sizeof(float));
     }
   }
-  fp8_linear_bf16(oa.data(), t_n, wo_b_, out, ctx);
-  return Status::Ok();
+  fp8_linear_bf16(oa.data(), rows, wo_b_, out, ctx);
 }
 
 Status AttentionLayer::attend_segment(const AttentionSegment& segment, const float* x, const float* qr,

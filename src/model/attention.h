@@ -119,6 +119,10 @@ class AttentionLayer {
   Status attend_segment(const AttentionSegment& segment, const float* x, const float* qr, const float* q,
                         const float* kv, const uint8_t* kv_codes, const uint8_t* kv_scales, const ComputeContext& ctx,
                         float* o);
+  // The output of heads o [rows, heads, head_dim] (rotated at the query positions: cos/sin [rows, rope_dim/2])
+  // -> out [rows, dim]: inverse RoPE, grouped wo_a (bf16), wo_b (FP8). o is rotated back in place.
+  void project_output(float* o, int64_t rows, const float* cos, const float* sin, const ComputeContext& ctx,
+                      float* out) const;
   Status run_indexer(const float* x, const float* qr, int64_t num_tokens, int64_t start_pos,
                      const SequenceState& state, Csa2Shared& shared, const ComputeContext& ctx,
                      AttentionTrace* trace);

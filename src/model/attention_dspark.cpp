@@ -161,31 +161,7 @@ Status AttentionLayer::dspark_attend_block(const float* x, const DSparkAttention
   }
 
   // Inverse RoPE at the query positions, grouped wo_a (bf16 einsum, bf16 output), wo_b (FP8).
-  for (int64_t t = 0; t < t_n; ++t) {
-    rope_.rotate(*ctx.backend, &o[static_cast<size_t>(t * h_n * d + d - rd)], h_n, d, &angles.cos[t * half],
-                 &angles.sin[t * half], true);
-  }
-  const int64_t group_in = h_n * d / groups_;
-  std::vector<float> group_x(static_cast<size_t>(t_n * group_in)), group_y(static_cast<size_t>(t_n * o_lora_));
-  std::vector<float> oa(static_cast<size_t>(t_n * groups_ * o_lora_));
-  for (int g = 0; g < groups_; ++g) {
-    for (int64_t t = 0; t < t_n; ++t) {
-      std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
-                  static_cast<size_t>(group_in) * sizeof(float));
-    }
-    const Bf16Weight w{wo_a_.data() + static_cast<size_t>(g) * static_cast<size_t>(o_lora_ * group_in), o_lora_,
-                       group_in};
-    {
-      ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
-      ctx.backend->bf16_gemm(group_x.data(), t_n, w, group_y.data(), ctx.pool);
-    }
-    round_to_bf16_inplace(group_y.data(), t_n * o_lora_);
-    for (int64_t t = 0; t < t_n; ++t) {
-      std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)],
-                  &group_y[static_cast<size_t>(t * o_lora_)], static_cast<size_t>(o_lora_) * sizeof(float));
-    }
-  }
-  fp8_linear_bf16(oa.data(), t_n, wo_b_, out, ctx);
+  project_output(o.data(), t_n, angles.cos.data(), angles.sin.data(), ctx, out);
   return Status::Ok();
 }
 
