@@ -9,6 +9,10 @@ namespace dsflash::kv {
 
 BlockHash compute_block_hash(const BlockHash& parent, std::span<const int32_t> tokens, uint64_t seed) {
   XXH3_state_t state;
+  // A state on the stack must be initialised before a seeded reset: the reset compares the seed with the state's
+  // previous one and would otherwise skip deriving the secret from uninitialised memory (a hash that changes from
+  // call to call).
+  XXH3_INITSTATE(&state);
   XXH3_128bits_reset_withSeed(&state, seed);
   const uint64_t words[2] = {parent.lo, parent.hi};
   XXH3_128bits_update(&state, words, sizeof(words));

@@ -126,7 +126,7 @@ void EngramHistory::append(std::span<const int64_t> ids) {
     const int64_t keep_old = std::clamp<int64_t>(capacity_ - n, 0, old);  // old ids that stay
     std::memmove(recent, recent + (old - keep_old), static_cast<size_t>(keep_old) * sizeof(int64_t));
     const int64_t take = std::min(n, capacity_);
-    std::memcpy(recent + keep_old, ids.data() + (n - take), static_cast<size_t>(take) * sizeof(int64_t));
+    if (take > 0) std::memcpy(recent + keep_old, ids.data() + (n - take), static_cast<size_t>(take) * sizeof(int64_t));
   }
   storage_[0] += n;
 }
@@ -137,7 +137,7 @@ Status EngramHistory::restore(int64_t num_positions, std::span<const int64_t> re
     return Status::Error("Engram history: restore after " + std::to_string(num_positions) + " positions needs " +
                          std::to_string(want) + " recent ids, got " + std::to_string(recent.size()));
   }
-  std::memcpy(storage_ + 1, recent.data(), recent.size() * sizeof(int64_t));
+  if (!recent.empty()) std::memcpy(storage_ + 1, recent.data(), recent.size() * sizeof(int64_t));
   storage_[0] = num_positions;
   return Status::Ok();
 }

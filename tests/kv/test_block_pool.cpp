@@ -1,5 +1,8 @@
 // BlockPool: reference counts, chained block hashes, the hash -> block cache and its LRU eviction.
 #include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cstring>
 
 #include <numeric>
 #include <set>
@@ -238,6 +241,29 @@ TEST(BlockPool, LoweringTheLimitEvictsAndGivesMemoryBack) {
   ids.insert((*a)[3]);
   EXPECT_EQ(ids.size(), 4u);
   for (int32_t id : ids) EXPECT_NE(pool.data(id), nullptr);
+}
+
+}  // namespace
+}  // namespace dsflash::kv
+
+namespace dsflash::kv {
+namespace {
+
+// The chained hash is the one-shot xxh3-128 of [parent lo, parent hi, tokens] with the seed (an independent
+// oracle for the streaming state compute_block_hash uses).
+TEST(BlockHash, IsTheOneShotDigestOfParentAndTokens) {
+  const std::vector<int32_t> tokens = {5, 6, 7, 8};
+  const BlockHash parent{11, 22};
+  for (uint64_t seed : {uint64_t{7}, uint64_t{0x1234}}) {
+    std::vector<uint8_t> bytes(16 + tokens.size() * 4);
+    std::memcpy(bytes.data(), &parent.lo, 8);
+    std::memcpy(bytes.data() + 8, &parent.hi, 8);
+    std::memcpy(bytes.data() + 16, tokens.data(), tokens.size() * 4);
+    const XXH128_hash_t want = XXH3_128bits_withSeed(bytes.data(), bytes.size(), seed);
+    const BlockHash got = compute_block_hash(parent, tokens, seed);
+    EXPECT_EQ(got.lo, want.low64) << seed;
+    EXPECT_EQ(got.hi, want.high64) << seed;
+  }
 }
 
 }  // namespace
