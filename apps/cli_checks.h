@@ -33,4 +33,12 @@ inline void add_prefix_cache_options(CLI::App* cmd, std::string* cache_dir, int6
   cmd->add_flag("--no-prefix-cache", *no_prefix_cache, "no prefix cache at all (not even the RAM tier)");
 }
 
+// --speculative N, shared by logits, generate, serve and bench.
+inline void add_speculative_option(CLI::App* cmd, int* speculative) {
+  cmd->add_option("--speculative", *speculative,
+                  "speculative decoding with the model's DSpark stages: most drafted tokens verified per step "
+                  "(0 = off; adaptive, greedy output unchanged)")
+      ->check(whole_number_at_least(0));
+}
+
 }  // namespace dsflash::cli

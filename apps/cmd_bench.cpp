@@ -19,6 +19,13 @@
 // depth costs a fill of its KV, not its prefill; one prompt token is prefilled and the first decode step is a
 // warm-up, not counted. The defaults (one pp512, tg8 x 2 repetitions, depths 1K/128K/1M) aim at under two minutes on
 // the wide tiny preset.
+// --speculative K measures only speculative decoding (DSpark drafts, include/dsflash/engine.h), batch 1 after a
+// prompt of one window (the drafter needs real hidden states, so no synthetic context), each run over the same
+// prompt: plain decode steps; steps that always verify K drafts (speculative_adaptive off): their cost relative to
+// a plain step, and the speed-up that cost allows at the acceptance length reported for V4.1 (about 2.8 tokens per
+// step on GSM8K: min(2.8, K + 1) / cost); and the adaptive policy's decode tokens/s against plain over
+// --spec-tokens tokens (on a model whose drafts rarely match, e.g. random weights, the policy should switch itself
+// off and stay within 10% of plain).
 // --prefix-cache measures only time to first token per -p length N, cold vs a prefix-cache hit: cold = a fresh
 // N-token prompt; hit = an N-token prompt whose first N - 64 tokens were stored by an earlier request (so the
 // cache restores them and Encoder SWA Bounded Replay replays one window), both from submit to the first token
@@ -63,6 +70,8 @@ struct BenchOptions {
   int64_t reserve_context = 1048576;
   bool json = false;
   bool prefix_cache = false;  // only the prefix-cache TTFT figures
+  int speculative = 0;        // > 0: only the speculative-decoding figures, with this many drafts
+  int64_t spec_tokens = 96;   // decode tokens per speculative run
 };
 
 struct Sample {
@@ -171,6 +180,28 @@ class Bench {
     return decode;
   }
 
+  // Batch-1 decode of `tokens` tokens after `prompt` with speculation k (0 = plain): the pure decode steps after
+  // the first (a warm-up), and the tokens they emitted.
+  Expected<std::vector<StepRecord>> speculative_steps(const std::vector<int32_t>& prompt, int64_t tokens, int k,
+                                                      bool adaptive) {
+    (void)engine_.take_step_records();
+    GenerationRequest request;
+    request.prompt_ids = prompt;
+    request.max_tokens = tokens + 2;
+    request.stop_at_eos = false;
+    request.detokenize = false;
+    request.speculative = k;
+    request.speculative_adaptive = adaptive;
+    auto done = engine_.generate(std::move(request));
+    if (!done.ok()) return done.error();
+    std::vector<StepRecord> decode;
+    for (const StepRecord& step : engine_.take_step_records()) {
+      if (step.prefill_tokens == 0 && step.decode_batch == 1) decode.push_back(step);
+    }
+    if (!decode.empty()) decode.erase(decode.begin());
+    return decode;
+  }
+
  private:
   Engine& engine_;
 };
@@ -223,6 +254,83 @@ int run_bench(const BenchOptions& o) {
     return 1;
   };
 
+  // Speculative decoding: cost of verifying k drafts, the projection at V4.1's acceptance, adaptive vs plain.
+  if (o.speculative > 0) {
+    if (info.dspark_block_size == 0) return fail(bench_error("--speculative: the model has no DSpark stages"));
+    const int k = std::min(o.speculative, info.dspark_block_size);
+    const std::vector<int32_t> prompt =
+        random_prompt(std::max<int64_t>(info.window_size, 16), info.vocab_size, 4242);
+    std::vector<double> plain_ms, fixed_ms, cost, plain_tps, adaptive_tps, speed;
+    int64_t drafted = 0, accepted = 0, adaptive_drafted = 0;
+    auto tokens_per_s = [](const std::vector<StepRecord>& steps) {
+      double t = 0, emitted = 0;
+      for (const StepRecord& step : steps) {
+        t += step.seconds;
+        emitted += 1.0 + static_cast<double>(step.accepted_tokens);
+      }
+      return t > 0 ? emitted / t : 0.0;
+    };
+    auto mean_ms = [](const std::vector<StepRecord>& steps, int64_t drafts) {
+      std::vector<double> ms;
+      for (const StepRecord& step : steps) {
+        if (step.draft_tokens == drafts) ms.push_back(step.seconds * 1e3);
+      }
+      return summarize(ms).mean;
+    };
+    for (int r = 0; r < o.repetitions; ++r) {
+      auto plain = bench.speculative_steps(prompt, o.decode_tokens, 0, true);
+      if (!plain.ok()) return fail(plain.error());
+      auto fixed = bench.speculative_steps(prompt, o.decode_tokens, k, false);
+      if (!fixed.ok()) return fail(fixed.error());
+      plain_ms.push_back(mean_ms(*plain, 0));
+      fixed_ms.push_back(mean_ms(*fixed, k));
+      cost.push_back(fixed_ms.back() / plain_ms.back());
+      for (const StepRecord& step : *fixed) {
+        drafted += step.draft_tokens;
+        accepted += step.accepted_tokens;
+      }
+      auto long_plain = bench.speculative_steps(prompt, o.spec_tokens, 0, true);
+      if (!long_plain.ok()) return fail(long_plain.error());
+      auto adaptive = bench.speculative_steps(prompt, o.spec_tokens, k, true);
+      if (!adaptive.ok()) return fail(adaptive.error());
+      plain_tps.push_back(tokens_per_s(*long_plain));
+      adaptive_tps.push_back(tokens_per_s(*adaptive));
+      speed.push_back(adaptive_tps.back() / plain_tps.back());
+      for (const StepRecord& step : *adaptive) adaptive_drafted += step.draft_tokens;
+    }
+    const double accept_len = 2.8;  // V4.1's reported mean tokens per step with DSpark (GSM8K)
+    const Sample pm = summarize(plain_ms), fm = summarize(fixed_ms), c = summarize(cost);
+    const Sample pt = summarize(plain_tps), at = summarize(adaptive_tps), q = summarize(speed);
+    const double projected = std::min(accept_len, static_cast<double>(k + 1)) / c.mean;
+    const std::string kk = std::to_string(k);
+    rows.push_back({"decode step plain (ms)", fmt(pm)});
+    rows.push_back({"decode step verifying " + kk + " drafts (ms)", fmt(fm)});
+    rows.push_back({"verify " + std::to_string(k + 1) + " rows / plain step", fmt(c, 3)});
+    char text[160];
+    std::snprintf(text, sizeof(text), "x%.2f (min(%.1f, %d) / %.3f)", projected, accept_len, k + 1, c.mean);
+    rows.push_back({"projected speed-up at 2.8 tokens/step", text});
+    std::snprintf(text, sizeof(text), "%lld of %lld drafts (%.1f%%)", static_cast<long long>(accepted),
+                  static_cast<long long>(drafted), drafted > 0 ? 100.0 * accepted / drafted : 0.0);
+    rows.push_back({"accepted here (fixed k)", text});
+    rows.push_back({"tg" + std::to_string(o.spec_tokens) + " plain", fmt(pt)});
+    rows.push_back({"tg" + std::to_string(o.spec_tokens) + " speculative " + kk + " adaptive", fmt(at)});
+    rows.push_back({"adaptive / plain speed", fmt(q, 3)});
+    j["speculative"] = {{"k", k},
+                        {"plain_step_ms", pm.mean},
+                        {"verify_step_ms", fm.mean},
+                        {"verify_cost_ratio", c.mean},
+                        {"verify_cost_ratio_sd", c.sd},
+                        {"projected_speedup_at_2_8", projected},
+                        {"fixed_drafted", drafted},
+                        {"fixed_accepted", accepted},
+                        {"plain_tps", pt.mean},
+                        {"adaptive_tps", at.mean},
+                        {"adaptive_over_plain", q.mean},
+                        {"adaptive_over_plain_sd", q.sd},
+                        {"adaptive_drafted", adaptive_drafted}};
+  }
+  const bool only_speculative = o.speculative > 0;
+
   // Prefix cache: time to first token cold vs hit.
   for (int64_t n : o.prefix_cache ? o.prompt_lengths : std::vector<int64_t>{}) {
     std::vector<double> cold, hit, ratio;
@@ -254,7 +362,7 @@ int run_bench(const BenchOptions& o) {
 
   // Prefill, default and exact, side by side per repetition (same prompt).
   int64_t kv_bytes_longest = 0, kv_positions_longest = 0;
-  for (int64_t n : o.prefix_cache ? std::vector<int64_t>{} : o.prompt_lengths) {
+  for (int64_t n : o.prefix_cache || only_speculative ? std::vector<int64_t>{} : o.prompt_lengths) {
     const std::vector<int32_t> prompt = random_prompt(n, info.vocab_size, static_cast<uint32_t>(n));
     std::vector<double> tps_default, tps_exact, ratio;
     for (int r = 0; r < o.repetitions; ++r) {
@@ -287,7 +395,7 @@ int run_bench(const BenchOptions& o) {
   // Decode throughput at the smallest depth, per batch.
   std::vector<int64_t> depths = o.depths;
   std::sort(depths.begin(), depths.end());
-  if (o.prefix_cache) depths.clear();
+  if (o.prefix_cache || only_speculative) depths.clear();
   if (!depths.empty()) {
     const int64_t depth = depths.front();
     for (int64_t batch : o.batches) {
@@ -425,6 +533,12 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", options->json, "one JSON object instead of the table");
   cmd->add_flag("--prefix-cache", options->prefix_cache,
                 "only time to first token, cold vs a prefix-cache hit of all but the last 64 prompt tokens");
+  cmd->add_option("--speculative", options->speculative,
+                  "only speculative decoding: cost of verifying K drafts vs a plain step, the projected speed-up at "
+                  "2.8 tokens/step, adaptive vs plain decode speed")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--spec-tokens", options->spec_tokens, "decode tokens of each adaptive-vs-plain run")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
   cmd->callback([options, exit_code]() {
     if (options->repetitions < 1 || options->decode_tokens < 1 || options->chunk < 1) {
       std::cerr << "dsflash bench: -r, -n and --chunk must be >= 1\n";

@@ -26,6 +26,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     std::vector<std::string> stops;
     bool reference = false, ids = false, stats = false, exact = false, no_prefix_cache = false;
     int threads = 0;
+    int speculative = 0;
     std::string cache_dir;
     int64_t cache_disk_bytes = int64_t{16} << 30;
   };
@@ -51,6 +52,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--exact", options->exact, "official full forward (all layers on all prompt tokens)");
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
   add_prefix_cache_options(cmd, &options->cache_dir, &options->cache_disk_bytes, &options->no_prefix_cache);
+  add_speculative_option(cmd, &options->speculative);
   cmd->callback([options, exit_code] {
     auto fail = [exit_code](const std::string& message) {
       std::cerr << "dsflash generate: " << message << "\n";
@@ -91,6 +93,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     request.stop_strings = options->stops;
     request.plan = options->exact ? Plan::kExact : Plan::kBoundedReplay;
     request.detokenize = text;
+    request.speculative = options->speculative;
 
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
@@ -121,6 +124,12 @@ void add_generate_command(CLI::App& app, int* exit_code) {
                    static_cast<long long>(usage.prompt_tokens), prefill_s,
                    static_cast<double>(usage.prompt_tokens) / prefill_s, static_cast<long long>(generated), decode_s,
                    generated > 1 ? static_cast<double>(generated - 1) / decode_s : 0.0);
+      if (usage.decode_steps > 0) {
+        std::fprintf(stderr, "speculative: %lld decode steps, %lld drafts verified, %lld accepted, %.2f tokens/step\n",
+                     static_cast<long long>(usage.decode_steps), static_cast<long long>(usage.draft_tokens),
+                     static_cast<long long>(usage.accepted_tokens),
+                     static_cast<double>(generated - 1) / static_cast<double>(usage.decode_steps));
+      }
     }
     *exit_code = 0;
   });

@@ -68,6 +68,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     int64_t steps = 0;
     bool exact = false, reference = false;
     int threads = 0;
+    int speculative = 0;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "prefill + greedy decode, write float32 logits rows");
@@ -83,6 +84,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--reference", options->reference, "scalar reference kernels (the oracle), single-threaded");
   cmd->add_option("--threads", options->threads, "worker threads of the fast path (0 = all)");
   add_prefix_cache_options(cmd, &options->cache_dir, &options->cache_disk_bytes, &options->no_prefix_cache);
+  add_speculative_option(cmd, &options->speculative);
   cmd->callback([options, exit_code] {
     auto fail = [exit_code](const Status& s) {
       std::cerr << "dsflash logits: " << s.message() << "\n";
@@ -120,6 +122,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     request.return_logits = true;
     request.follow_ids = follow;
     request.detokenize = false;
+    request.speculative = options->speculative;
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     auto run = (*engine)->generate(std::move(request));
     if (!run.ok()) return fail(Status::Error(run.error().message));
@@ -139,6 +142,13 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     line["out"] = options->out;
     line["cached_tokens"] = run->usage.cached_tokens;  // prompt tokens whose global KV came from the prefix cache
     line["ttft_s"] = load_s + run->first_token_s;      // load + replay + suffix prefill + first logits
+    // Speculative decoding: drafts verified and accepted, tokens per decode step (1 without speculation).
+    const Usage& usage = run->usage;
+    line["speculative"] = options->speculative;
+    line["draft_tokens"] = usage.draft_tokens;
+    line["accepted_tokens"] = usage.accepted_tokens;
+    line["mean_accept_len"] =
+        usage.decode_steps > 0 ? static_cast<double>(usage.generated_tokens - 1) / static_cast<double>(usage.decode_steps) : 1.0;
     std::cout << line.dump() << std::endl;
     *exit_code = 0;
   });

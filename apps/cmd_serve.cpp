@@ -91,6 +91,10 @@ int run_serve(ServeOptions o) {
   });
   std::fprintf(stderr, "\n");
   int rc = 0;
+  if (engine.ok() && o.server.speculative > 0 && (*engine)->info().dspark_block_size == 0) {
+    engine = EngineError{ErrorCode::kLoad, "--speculative " + std::to_string(o.server.speculative) +
+                                               ": the model has no DSpark stages (mtp.*) to draft with"};
+  }
   if (!engine.ok()) {
     std::cerr << "dsflash serve: " << engine.error().message << "\n";
     http.set_load_failed(engine.error().message);
@@ -133,6 +137,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--shutdown-grace", options->server.shutdown_grace_s, "seconds in-flight requests get on SIGTERM");
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
+  add_speculative_option(cmd, &options->server.speculative);
   cmd->callback([options, exit_code] { *exit_code = run_serve(*options); });
 }
 

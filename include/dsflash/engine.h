@@ -79,6 +79,14 @@ struct GenerationRequest {
   // a million positions without prefilling it. The output is meaningless. Usage::prompt_tokens counts these
   // positions; the prefix cache is never used or fed. 0 = off.
   int64_t bench_synthetic_context = 0;
+  // Speculative decoding with the model's DSpark draft stages (ModelInfo::dspark_block_size > 0): most drafted
+  // tokens verified per decode step, 0 = off (capped by the block size). Greedy output is identical to a run
+  // without it; sampled output follows the same distribution (standard speculative sampling). Adaptive: the draft
+  // length follows the measured acceptance and the confidence head, and speculation switches itself off where
+  // drafts rarely match. speculative_adaptive false: always verify `speculative` drafts (for measuring the cost).
+  // Not with follow_ids.
+  int speculative = 0;
+  bool speculative_adaptive = true;
 };
 
 struct TokenLogprob {
@@ -99,6 +107,11 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;     // prompt tokens whose global KV came from the prefix cache
   int64_t generated_tokens = 0;  // ids the model produced, a matched stop id included
+  // Speculative decoding (GenerationRequest::speculative; zero without it): decode steps after the first token,
+  // drafted tokens verified, drafted tokens accepted. Mean tokens per decode step = (generated - 1) / steps.
+  int64_t decode_steps = 0;
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
 };
 
 enum class EventKind { kPromptLogits, kToken, kText, kReasoning, kContent, kToolCall, kFinished };
@@ -185,6 +198,7 @@ struct ModelInfo {
   double global_kv_bytes_per_token = 0.0;   // the layout's formula
   int64_t fixed_kv_bytes_per_sequence = 0;  // window rings + compressor tails + Engram history
   int64_t max_request_positions = 0;        // prompt + max_tokens a single request may reach
+  int dspark_block_size = 0;                // DSpark draft block (0: the model cannot speculate)
 };
 
 // One step of the loop thread (for benchmarks): what it computed and how long it took.
@@ -192,6 +206,8 @@ struct StepRecord {
   int64_t prefill_tokens = 0;  // prompt tokens computed
   int64_t decode_batch = 0;    // sequences in the batched decode step
   int64_t admitted = 0;        // requests admitted
+  int64_t draft_tokens = 0;    // speculative drafts verified in the step (extra decode rows)
+  int64_t accepted_tokens = 0; // of which accepted
   double seconds = 0.0;        // wall time of the step
   // profile_steps: wall ns by phase: [other, linear, indexer, attention] (see LoadOptions::profile_steps)
   int64_t phase_ns[4] = {};

@@ -16,7 +16,8 @@ int64_t replay_start(const ModelConfig& config, const PrefillOptions& options, i
 }
 
 Status add_prefill_chunk(ForwardBatch& batch, const ModelConfig& config, SequenceState& seq, const int32_t* tokens,
-                         int64_t num_tokens, int64_t prompt_length, const PrefillOptions& options, LogitsRows rows) {
+                         int64_t num_tokens, int64_t prompt_length, const PrefillOptions& options, LogitsRows rows,
+                         bool dspark_hidden) {
   const int64_t start = seq.num_positions();
   if (num_tokens <= 0) return Status::Error("prefill: no tokens to process");
   if (start + num_tokens > prompt_length) {
@@ -32,15 +33,18 @@ Status add_prefill_chunk(ForwardBatch& batch, const ModelConfig& config, Sequenc
   row.window_floor = floor;
   const bool holds_last = start + num_tokens == prompt_length;
   row.logits = rows == LogitsRows::kLast && !holds_last ? LogitsRows::kNone : rows;
+  row.dspark_hidden = dspark_hidden;
   batch.add(seq, tokens, num_tokens, row);
   return Status::Ok();
 }
 
-void add_decode_row(ForwardBatch& batch, SequenceState& seq, int32_t token, int64_t window_floor) {
+void add_decode_rows(ForwardBatch& batch, SequenceState& seq, const int32_t* tokens, int64_t num_tokens,
+                     int64_t window_floor, bool dspark_hidden) {
   RowOptions row;
   row.window_floor = window_floor;
-  row.logits = LogitsRows::kLast;
-  batch.add(seq, &token, 1, row);
+  row.logits = LogitsRows::kAll;
+  row.dspark_hidden = dspark_hidden;
+  batch.add(seq, tokens, num_tokens, row);
 }
 
 void add_exact(ForwardBatch& batch, SequenceState& seq, const int32_t* tokens, int64_t num_tokens, LogitsRows rows) {

@@ -44,14 +44,18 @@ int64_t replay_start(const ModelConfig& config, const PrefillOptions& options, i
 
 // The prefill chunk [seq.num_positions(), + num_tokens) of a prompt of `prompt_length` tokens. rows: kLast = the
 // last prompt position when this chunk holds it; kAll = every row the decoder computes (all of them in kExact,
-// the tail in kBoundedReplay); kNone = none. Error (batch unchanged) when the chunk runs past the prompt or the
-// options are invalid.
+// the tail in kBoundedReplay); kNone = none. dspark_hidden: the decoder rows' DSpark hidden states (speculative
+// decoding feeds them to the drafter). Error (batch unchanged) when the chunk runs past the prompt or the options
+// are invalid.
 Status add_prefill_chunk(ForwardBatch& batch, const ModelConfig& config, SequenceState& seq, const int32_t* tokens,
-                         int64_t num_tokens, int64_t prompt_length, const PrefillOptions& options, LogitsRows rows);
+                         int64_t num_tokens, int64_t prompt_length, const PrefillOptions& options, LogitsRows rows,
+                         bool dspark_hidden = false);
 
-// One decode row: `token` at seq.num_positions(), its decoder window floored at `window_floor` (the replay start
-// of its prompt; 0 = none), with logits.
-void add_decode_row(ForwardBatch& batch, SequenceState& seq, int32_t token, int64_t window_floor);
+// Decode rows: `num_tokens` tokens at seq.num_positions() + [0, num_tokens) (1: a plain decode step; 1 + k: the
+// next input and k drafted ids of a speculative verification), their decoder window floored at `window_floor`
+// (the replay start of its prompt; 0 = none), logits for every row; dspark_hidden as above.
+void add_decode_rows(ForwardBatch& batch, SequenceState& seq, const int32_t* tokens, int64_t num_tokens,
+                     int64_t window_floor, bool dspark_hidden = false);
 
 // The official forward over `num_tokens` tokens continuing `seq` (every layer on every row; a single token after
 // position 0 is a decode step in model.py's ring layout).

@@ -116,8 +116,14 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   }
   report("prefix cache", 0.97);
 
+  if (impl->runner->config().dspark_stages() > 0) {
+    auto dspark = DSpark::bind(impl->runner->checkpoint(), impl->runner->weights());
+    if (!dspark.ok()) return load_error(dspark.status().message());
+    impl->dspark = std::move(*dspark);
+  }
   engine::SchedulerOptions scheduler_options;
   scheduler_options.prefix_cache = impl->prefix_cache.get();
+  scheduler_options.dspark = impl->dspark.get();
   scheduler_options.kv_budget_bytes = options.kv_budget_bytes;
   scheduler_options.kv_block_tokens = options.kv_block_tokens;
   scheduler_options.max_running = options.max_running;
@@ -138,6 +144,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   info.n_layers = config.n_layers;
   info.dim = config.dim;
   info.window_size = config.window_size;
+  info.dspark_block_size = impl->dspark ? impl->dspark->block_size() : 0;
   info.parameters = count_parameters(config).total;
   for (const auto& entry : std::filesystem::directory_iterator(model_dir, ec)) {
     if (entry.path().extension() == ".safetensors") info.checkpoint_bytes += static_cast<int64_t>(entry.file_size());
@@ -265,6 +272,15 @@ Expected<engine::Request> Engine::Impl::validate(const GenerationRequest& reques
   out.sampling = request.sampling;
   out.return_logits = request.return_logits;
   out.follow = request.follow_ids;
+  if (request.speculative < 0) return invalid("speculative must be >= 0, got " + std::to_string(request.speculative));
+  if (request.speculative > 0 && info.dspark_block_size == 0) {
+    return invalid("speculative decoding needs the model's DSpark stages (mtp.*), and this model has none");
+  }
+  if (request.speculative > 0 && !request.follow_ids.empty()) {
+    return invalid("speculative decoding cannot be combined with follow ids (teacher forcing)");
+  }
+  out.speculative = request.speculative;
+  out.speculative_adaptive = request.speculative_adaptive;
   return out;
 }
 
@@ -442,6 +458,8 @@ void Engine::Impl::run_step() {
   record.prefill_tokens = stats.prefill_tokens;
   record.decode_batch = stats.decode_batch;
   record.admitted = stats.admitted;
+  record.draft_tokens = stats.draft_tokens;
+  record.accepted_tokens = stats.accepted_tokens;
   if (options.profile_steps) {
     profile.flush();
     for (int p = 0; p < kNumProfilePhases; ++p) record.phase_ns[p] = profile.ns[p];
@@ -508,7 +526,10 @@ void Engine::Impl::finish(engine::RequestId sid, FinishReason reason, std::optio
   if (it == active.end() || it->second.output->finished()) return;
   const engine::RequestRecord* rec = scheduler->record(sid);
   std::vector<Event> out;
-  if (rec != nullptr) it->second.output->set_cached_tokens(rec->cached_tokens);
+  if (rec != nullptr) {
+    it->second.output->set_cached_tokens(rec->cached_tokens);
+    it->second.output->set_speculation(rec->speculation);
+  }
   it->second.output->finish(reason, std::move(error), rec != nullptr ? rec->global_kv_bytes : 0, &out);
   for (Event& e : out) it->second.channel->push(std::move(e));
   std::lock_guard<std::mutex> lock(mutex);

@@ -37,6 +37,7 @@ struct Engine::Impl {
   // Loop thread only.
   StepProfile profile;  // the scheduler's ComputeContext points here when options.profile_steps
   std::unique_ptr<prefix::PrefixCache> prefix_cache;  // null: off
+  std::unique_ptr<DSpark> dspark;  // null: the model has no DSpark stages
   std::unique_ptr<engine::Scheduler> scheduler;
   struct Active {
     std::unique_ptr<engine::RequestOutput> output;

@@ -30,6 +30,12 @@ class RequestOutput {
 
   // Prompt tokens the prefix cache restored (reported in the usage of kFinished).
   void set_cached_tokens(int64_t tokens) { usage_.cached_tokens = tokens; }
+  // What speculative decoding did (reported in the usage of kFinished).
+  void set_speculation(const SpeculativeStats& stats) {
+    usage_.decode_steps = stats.decode_steps;
+    usage_.draft_tokens = stats.draft_tokens;
+    usage_.accepted_tokens = stats.accepted_tokens;
+  }
   bool stop_string_matched() const { return stops_.matched(); }
   bool finished() const { return finished_; }
   dsflash::RequestId id() const { return id_; }

@@ -57,6 +57,13 @@ Result<RequestId> Scheduler::submit(Request request) {
                            ")");
     }
   }
+  if (request.speculative < 0) return Status::Error("request: speculative must be >= 0");
+  if (request.speculative > 0 && options_.dspark == nullptr) {
+    return Status::Error("request: speculative decoding needs the model's DSpark stages, and this model has none");
+  }
+  if (request.speculative > 0 && !request.follow.empty()) {
+    return Status::Error("request: speculative decoding cannot be combined with teacher forcing (follow ids)");
+  }
   const int64_t need = kv_->bytes_for_sequence(positions);
   if (need > kv_->budget_bytes()) {
     return Status::Error("request: " + std::to_string(positions) + " positions need " + std::to_string(need) +
@@ -67,10 +74,18 @@ Result<RequestId> Scheduler::submit(Request request) {
   record.id = id;
   record.prompt_tokens = static_cast<int64_t>(request.prompt.size());
   records_[id] = record;
-  auto waiting = std::make_unique<Running>(Running{id, std::move(request), Sampler(SamplingParams()), {}, nullptr, 0, -1});
+  auto waiting = std::make_unique<Running>();
+  waiting->id = id;
+  waiting->request = std::move(request);
   waiting->sampler = Sampler(waiting->request.sampling);
   waiting->sampler.observe_prompt(waiting->request.prompt);
   waiting->prefill_tokens = waiting->request.prompt;
+  if (waiting->request.speculative > 0) {
+    DraftPolicyOptions policy;
+    policy.max_draft = std::min(waiting->request.speculative, options_.dspark->block_size());
+    policy.adaptive = waiting->request.speculative_adaptive;
+    waiting->speculation = std::make_unique<Speculation>(policy);
+  }
   waiting_.push_back(std::move(waiting));
   return id;
 }
@@ -87,6 +102,13 @@ Status Scheduler::cancel(RequestId id) {
 const RequestRecord* Scheduler::record(RequestId id) const {
   auto it = records_.find(id);
   return it == records_.end() ? nullptr : &it->second;
+}
+
+const SequenceState* Scheduler::sequence(RequestId id) const {
+  for (const auto& r : running_) {
+    if (r->id == id) return r->seq;
+  }
+  return nullptr;
 }
 
 void Scheduler::finish(RequestId id, FinishReason reason, const std::string& error, std::vector<Event>* events) {
@@ -111,9 +133,14 @@ void Scheduler::finish(RequestId id, FinishReason reason, const std::string& err
   if (events != nullptr) events->push_back(Event{Event::Kind::kFinished, id, -1, reason, 0.0f, {}, {}, {}});
 }
 
-bool Scheduler::emit(Running& r, const float* row, std::vector<Event>* events) {
+FinishReason Scheduler::ending(const Running& r, int32_t token, int64_t generated) const {
+  const auto& stops = r.request.stop_ids;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end()) return FinishReason::kStopToken;
+  return generated >= r.request.max_new_tokens ? FinishReason::kMaxTokens : FinishReason::kNone;
+}
+
+bool Scheduler::emit(Running& r, SampledToken sampled, const float* row, int64_t position, std::vector<Event>* events) {
   const int64_t vocab = weights_.config().vocab_size;
-  SampledToken sampled = r.sampler.sample(row, vocab);
   const int32_t token = sampled.id;
   RequestRecord& rec = records_[r.id];
   rec.generated.push_back(token);
@@ -121,21 +148,16 @@ bool Scheduler::emit(Running& r, const float* row, std::vector<Event>* events) {
     Event event{Event::Kind::kToken, r.id, token, FinishReason::kNone, sampled.logprob, std::move(sampled.top), {}, {}};
     if (r.request.return_logits) {
       event.logits.assign(row, row + vocab);
-      event.positions.push_back(r.seq->num_positions() - 1);
+      event.positions.push_back(position);
     }
     events->push_back(std::move(event));
   }
   r.next_input = input_of_step(r, static_cast<int64_t>(rec.generated.size()) - 1);
-  const auto& stops = r.request.stop_ids;
-  if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
-    finish(r.id, FinishReason::kStopToken, "", events);
-    return true;
-  }
-  if (static_cast<int64_t>(rec.generated.size()) >= r.request.max_new_tokens) {
-    finish(r.id, FinishReason::kMaxTokens, "", events);
-    return true;
-  }
-  return false;
+  if (r.speculation) rec.speculation = r.speculation->stats;
+  const FinishReason reason = ending(r, token, static_cast<int64_t>(rec.generated.size()));
+  if (reason == FinishReason::kNone) return false;
+  finish(r.id, reason, "", events);
+  return true;
 }
 
 Status Scheduler::admit() {
@@ -242,6 +264,7 @@ void Scheduler::preempt(Running& r) {
   // prefill's last row gives the next token as the decode step would have.
   r.prefill_tokens = r.request.prompt;
   for (size_t k = 0; k < rec.generated.size(); ++k) r.prefill_tokens.push_back(input_of_step(r, static_cast<int64_t>(k)));
+  if (r.speculation) r.speculation->drop_drafts();  // drafted for the released state; the prefill drafts again
   rec.status = RequestStatus::kQueued;
   rec.prompt_done = 0;
   ++rec.preemptions;
@@ -288,27 +311,28 @@ Status Scheduler::step(std::vector<Event>* events) {
   if (!s.ok()) return s;
 
   // One forward per step (a mixed batch): prefill chunks of the prefilling requests in admission order within the
-  // per-step token budget, then one decode row for every request that is decoding. Each reserves its rows' KV
-  // first (oldest first; preemption takes the newest, so a request already planned is never preempted).
-  struct Planned {
-    Running* r;
-    int64_t rows;
-  };
+  // per-step token budget, then the decode rows of every request that is decoding (one, or 1 + k for a
+  // speculating one). Each reserves its rows' KV first (oldest first; preemption takes the newest, so a request
+  // already planned is never preempted).
   std::vector<Planned> prefills, decodes;
   int64_t budget = options_.prefill_tokens_per_step;
   std::vector<RequestId> order;
   for (const auto& r : running_) order.push_back(r->id);
+  const int64_t max_rows = kv::SequenceSnapshot::max_rows(kv_->layout());
   for (RequestId id : order) {
-    Running* r = nullptr;
-    for (const auto& candidate : running_) {
-      if (candidate->id == id) r = candidate.get();
-    }
+    Running* r = find_running(id);
     if (r == nullptr) continue;  // preempted or failed meanwhile
     const RequestRecord& rec = records_[id];
     const bool prefilling = rec.status == RequestStatus::kPrefilling;
     if (prefilling && budget == 0) continue;
-    const int64_t rows =
-        prefilling ? std::min(budget, static_cast<int64_t>(r->prefill_tokens.size()) - rec.prompt_done) : 1;
+    int64_t rows = 1;
+    if (prefilling) {
+      rows = std::min(budget, static_cast<int64_t>(r->prefill_tokens.size()) - rec.prompt_done);
+    } else if (r->speculation) {
+      const int64_t left = r->request.max_new_tokens - static_cast<int64_t>(rec.generated.size());
+      r->speculation->verifying = r->speculation->plan(left, max_rows);
+      rows += r->speculation->verifying;
+    }
     if (!reserve_or_preempt(*r, rows, events)) continue;
     (prefilling ? prefills : decodes).push_back(Planned{r, rows});
     if (prefilling) budget -= rows;
@@ -321,19 +345,32 @@ Status Scheduler::step(std::vector<Event>* events) {
     // Every prompt row only when the caller asked for logits rows of the exact plan (`dsflash logits --exact`).
     const bool all_rows = r.request.return_logits && r.request.prefill.mode == PrefillMode::kExact;
     s = add_prefill_chunk(batch, weights_.config(), *r.seq, r.prefill_tokens.data() + records_[r.id].prompt_done,
-                          p.rows, prompt_length, r.request.prefill, all_rows ? LogitsRows::kAll : LogitsRows::kLast);
+                          p.rows, prompt_length, r.request.prefill, all_rows ? LogitsRows::kAll : LogitsRows::kLast,
+                          r.speculation != nullptr);
     if (!s.ok()) return s.with_context("request " + std::to_string(r.id));
     rows_of.push_back(&r);
   }
+  std::vector<int32_t> decode_tokens;
   for (const Planned& p : decodes) {
-    add_decode_row(batch, *p.r->seq, p.r->next_input, p.r->window_floor);
-    rows_of.push_back(p.r);
+    Running& r = *p.r;
+    decode_tokens.assign(1, r.next_input);
+    if (r.speculation && r.speculation->verifying > 0) {
+      Speculation& spec = *r.speculation;
+      decode_tokens.insert(decode_tokens.end(), spec.drafts.begin(), spec.drafts.begin() + spec.verifying);
+      s = spec.snapshot.capture(*r.seq, p.rows);  // what the rows overwrite, to roll the rejected ones back
+      if (!s.ok()) return s.with_context("request " + std::to_string(r.id));
+    }
+    add_decode_rows(batch, *r.seq, decode_tokens.data(), p.rows, r.window_floor, r.speculation != nullptr);
+    rows_of.push_back(&r);
   }
   if (batch.empty()) return Status::Ok();
   ForwardOutput& out = step_out_;
   s = forward(weights_, batch, ctx_, &out);  // every segment's KV was reserved above
   if (!s.ok()) {
-    for (Running* r : rows_of) finish(r->id, FinishReason::kError, s.message(), events);
+    for (Running* r : rows_of) {
+      if (r->speculation && !r->speculation->snapshot.empty()) r->speculation->snapshot.disarm(*r->seq);
+      finish(r->id, FinishReason::kError, s.message(), events);
+    }
     return s.with_context("step");
   }
 
@@ -341,23 +378,26 @@ Status Scheduler::step(std::vector<Event>* events) {
   const int64_t vocab = weights_.config().vocab_size;
   std::vector<RequestId> ids;
   for (Running* r : rows_of) ids.push_back(r->id);
+  std::vector<int64_t> dspark_rows(ids.size(), -1);  // per segment: rows the drafter gets (-1: none)
   size_t next_row = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
-    Running* r = nullptr;
-    for (auto& candidate : running_) {
-      if (candidate->id == ids[i]) r = candidate.get();
-    }
+    Running* r = find_running(ids[i]);
     // This segment's logits rows: out.rows [first_row, end_row).
     const size_t first_row = next_row;
     while (next_row < out.rows.size() && out.rows[next_row].segment == static_cast<int64_t>(i)) ++next_row;
     const size_t end_row = next_row;
     const ForwardSegment& seg = batch.segments()[i];
     RequestRecord& rec = records_[ids[i]];
-    bool prompt_done = true;
+    if (end_row == first_row && (rec.status != RequestStatus::kPrefilling ||
+                                 rec.prompt_done + seg.num_tokens == static_cast<int64_t>(r->prefill_tokens.size()))) {
+      finish(ids[i], FinishReason::kError, "the forward gave no logits row", events);
+      continue;
+    }
     if (rec.status == RequestStatus::kPrefilling) {
       rec.prompt_done += seg.num_tokens;
       last_step_.prefill_tokens += seg.num_tokens;
-      prompt_done = rec.prompt_done == static_cast<int64_t>(r->prefill_tokens.size());
+      const bool prompt_done = rec.prompt_done == static_cast<int64_t>(r->prefill_tokens.size());
+      if (r->speculation) dspark_rows[i] = seg.num_tokens;  // all of them (only the decoder rows have hidden states)
       // Every row but the prompt's last (that one goes with the first token) as a prompt-logits event.
       const size_t prompt_rows = end_row - first_row - (prompt_done && end_row > first_row ? 1 : 0);
       if (r->request.return_logits && prompt_rows > 0 && events != nullptr) {
@@ -372,14 +412,134 @@ Status Scheduler::step(std::vector<Event>* events) {
       store_prefix(*r);  // the prompt's whole blocks, for the next request with this prefix
     } else {
       ++last_step_.decode_batch;
+      if (r->speculation) {
+        dspark_rows[i] = verify(*r, out, first_row, events);
+        continue;
+      }
     }
-    if (end_row == first_row) {
-      finish(ids[i], FinishReason::kError, "the forward gave no logits row", events);
-      continue;
-    }
-    emit(*r, out.logits.data() + static_cast<int64_t>(end_row - 1) * vocab, events);
+    const float* row = out.logits.data() + static_cast<int64_t>(end_row - 1) * vocab;
+    emit(*r, r->sampler.sample(row, vocab), row, out.rows[end_row - 1].position, events);
   }
+  draft_next(batch, out, ids, dspark_rows, events);
   return Status::Ok();
+}
+
+Scheduler::Running* Scheduler::find_running(RequestId id) {
+  for (auto& candidate : running_) {
+    if (candidate->id == id) return candidate.get();
+  }
+  return nullptr;
+}
+
+int64_t Scheduler::verify(Running& r, const ForwardOutput& out, size_t first_row, std::vector<Event>* events) {
+  const int64_t vocab = weights_.config().vocab_size;
+  Speculation& spec = *r.speculation;
+  const int k = spec.verifying;
+  const int64_t generated = static_cast<int64_t>(records_[r.id].generated.size());
+  // Row i's logits give the token after input i; draft i is accepted when that token is it. Stop at the first
+  // rejection or at a token that ends the request (nothing after it may be emitted).
+  std::vector<SampledToken> tokens;
+  int accepted = 0;
+  for (int i = 0; i <= k; ++i) {
+    const float* row = out.logits.data() + static_cast<int64_t>(first_row + i) * vocab;
+    bool match = false;
+    if (i < k) {
+      const double* q = spec.draft_probs.empty() ? nullptr : spec.draft_probs.data() + static_cast<int64_t>(i) * vocab;
+      tokens.push_back(r.sampler.verify(row, vocab, spec.drafts[static_cast<size_t>(i)], q, &match));
+    } else {
+      tokens.push_back(r.sampler.sample(row, vocab));  // every draft accepted: the bonus token
+    }
+    accepted += match ? 1 : 0;
+    if (!match || ending(r, tokens.back().id, generated + i + 1) != FinishReason::kNone) break;
+  }
+  const int64_t kept = static_cast<int64_t>(tokens.size());  // the inputs of the rows whose tokens are emitted
+  if (k > 0) {
+    Status s = spec.snapshot.keep(*r.seq, kept);
+    if (!s.ok()) {
+      spec.snapshot.disarm(*r.seq);
+      finish(r.id, FinishReason::kError, "speculative rollback: " + s.message(), events);
+      return -1;
+    }
+  }
+  ++spec.stats.decode_steps;
+  spec.stats.draft_tokens += k;
+  spec.stats.accepted_tokens += accepted;
+  spec.policy.record(k, accepted);
+  last_step_.draft_tokens += k;
+  last_step_.accepted_tokens += accepted;
+  const RequestId id = r.id;
+  for (int64_t i = 0; i < kept; ++i) {
+    const size_t row = first_row + static_cast<size_t>(i);
+    if (emit(r, std::move(tokens[static_cast<size_t>(i)]), out.logits.data() + static_cast<int64_t>(row) * vocab,
+             out.rows[row].position, events)) {
+      break;
+    }
+  }
+  return find_running(id) == nullptr ? -1 : kept;
+}
+
+void Scheduler::draft_next(const ForwardBatch& batch, const ForwardOutput& out, const std::vector<RequestId>& ids,
+                           const std::vector<int64_t>& segment_rows, std::vector<Event>* events) {
+  if (options_.dspark == nullptr) return;
+  // Each speculating segment's hidden rows in out.dspark_hidden (segment order) and its part of the call.
+  const int64_t width = options_.dspark->hidden_width();
+  std::vector<DSparkSegment> segments;
+  std::vector<Running*> owners;
+  size_t hidden_row = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const size_t first = hidden_row;
+    while (hidden_row < out.dspark_rows.size() && out.dspark_rows[hidden_row].segment == static_cast<int64_t>(i)) ++hidden_row;
+    if (segment_rows[i] < 0) continue;
+    Running* r = find_running(ids[i]);
+    if (r == nullptr) continue;
+    const RequestRecord& rec = records_[r->id];
+    DSparkSegment seg;
+    seg.state = r->seq;
+    seg.main_hidden = out.dspark_hidden.data() + static_cast<int64_t>(first) * width;
+    // Decode rows past the kept ones were rolled back; prefill rows without hidden states are the global-only ones.
+    seg.num_context = std::min<int64_t>(segment_rows[i], static_cast<int64_t>(hidden_row - first));
+    seg.first_position = first < hidden_row ? out.dspark_rows[first].position : batch.segments()[i].seq->num_positions();
+    const bool decoding = rec.status == RequestStatus::kDecoding;
+    const int64_t left = r->request.max_new_tokens - static_cast<int64_t>(rec.generated.size());
+    seg.draft = decoding && r->speculation->policy.active() && left > 1;
+    seg.next_token = r->next_input;
+    r->speculation->drop_drafts();
+    if (decoding && !r->speculation->policy.needs_context(weights_.config().window_size)) seg.num_context = 0;
+    if (seg.num_context == 0 && !seg.draft) continue;
+    segments.push_back(seg);
+    owners.push_back(r);
+  }
+  if (segments.empty()) return;
+  const int64_t vocab = weights_.config().vocab_size;
+  const int block = options_.dspark->block_size();
+  // Sampled requests draw their drafts from the draft distribution q (kept for the verification); greedy ones
+  // take the drafter's argmax.
+  bool any_sampled = false;
+  for (Running* r : owners) any_sampled = any_sampled || !r->sampler.greedy();
+  std::vector<Running*> drafter_of;  // per draft of the call, its request
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].draft) drafter_of.push_back(owners[i]);
+  }
+  DraftSampler sampler;
+  if (any_sampled) {
+    sampler = [&](const float* logits, int64_t n, int64_t draft, int position) {
+      Running& r = *drafter_of[static_cast<size_t>(draft)];
+      std::vector<double>& q = r.speculation->draft_probs;
+      if (r.sampler.greedy()) return argmax(logits, n);
+      q.resize(static_cast<size_t>(block * vocab));
+      return r.sampler.draw_draft(logits, n, q.data() + static_cast<int64_t>(position) * vocab);
+    };
+  }
+  Status s = options_.dspark->forward(segments.data(), static_cast<int64_t>(segments.size()), ctx_, &drafts_, sampler);
+  if (!s.ok()) {
+    for (Running* r : owners) finish(r->id, FinishReason::kError, "DSpark: " + s.message(), events);
+    return;
+  }
+  for (size_t d = 0; d < drafts_.drafts.size(); ++d) {
+    Running& r = *owners[static_cast<size_t>(drafts_.drafts[d].segment)];
+    r.speculation->take_drafts(drafts_.output_ids.data() + d * static_cast<size_t>(block + 1) + 1,
+                               drafts_.confidence.data() + d * static_cast<size_t>(block), block);
+  }
 }
 
 Status Scheduler::run_to_completion(std::vector<Event>* events) {

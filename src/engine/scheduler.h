@@ -13,6 +13,12 @@
 // cannot grow even alone finishes with a "KV cache full" error; no sequence's state is ever touched by another's
 // failure. A request that could never fit is rejected at submit(). Not thread-safe: one thread drives
 // submit/cancel/step.
+//
+// Speculative decoding (Request::speculative, engine/speculative.h): a speculating request's decode rows are its
+// next input plus the drafts its policy chooses (1 + k rows in the same mixed forward, KV reserved for all of
+// them), verified row by row by its sampler; rejected rows are rolled back before anything else sees the
+// sequence. Its prefill and decode segments hand out DSpark hidden rows, and after the forward one DSpark call
+// feeds the accepted rows to the drafter and drafts the next block of every speculating request.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +35,8 @@
 #include "prefix/prefix_cache.h"
 #include "model/compute_context.h"
 #include "engine/batch_builder.h"
+#include "engine/speculative.h"
+#include "model/dspark.h"
 #include "model/model_weights.h"
 #include "model/csa2.h"
 
@@ -48,6 +56,10 @@ struct Request {
   // filled with valid random state (kv/synthetic_context.h; Engram history from those prompt ids) and the prefill
   // starts after them. Never uses or feeds the prefix cache. 0 = off.
   int64_t synthetic_positions = 0;
+  // Speculative decoding with the DSpark stages: most drafted tokens verified per step (0 = off; capped by the
+  // block size). Needs SchedulerOptions::dspark; not with `follow`. adaptive false: always verify that many.
+  int speculative = 0;
+  bool speculative_adaptive = true;
 };
 
 enum class RequestStatus { kQueued, kPrefilling, kDecoding, kFinished };
@@ -66,6 +78,7 @@ struct RequestRecord {
   int64_t global_kv_bytes = 0;    // global-KV pages held (whole blocks) while running; at finish, what it held
   int64_t preemptions = 0;        // times its KV was released to make room (then recomputed)
   int64_t cached_tokens = 0;      // prompt positions whose global KV came from the prefix cache
+  SpeculativeStats speculation;   // decode steps, drafts verified and accepted (all zero without speculation)
 };
 
 struct Event {
@@ -91,6 +104,8 @@ struct SchedulerOptions {
   // admission and restore a hit by Encoder SWA Bounded Replay; every request publishes its prompt's whole blocks
   // after prefill and its generated tokens' blocks when it finishes. The exact plan neither reads nor writes it.
   prefix::PrefixCache* prefix_cache = nullptr;
+  // The model's DSpark stages (not owned, may be null: requests cannot speculate).
+  const DSpark* dspark = nullptr;
 };
 
 // What the last step did (for the benchmark and tests).
@@ -99,6 +114,8 @@ struct StepStats {
   int64_t decode_batch = 0;
   int64_t admitted = 0;
   int64_t preempted = 0;
+  int64_t draft_tokens = 0;     // drafts verified in the step's forward
+  int64_t accepted_tokens = 0;  // of which accepted
 };
 
 class Scheduler {
@@ -120,6 +137,8 @@ class Scheduler {
   bool has_work() const { return !waiting_.empty() || !running_.empty() || !pending_finish_.empty(); }
 
   const RequestRecord* record(RequestId id) const;
+  // The KV state of a running request (null when it is queued or finished); for tests and tools.
+  const SequenceState* sequence(RequestId id) const;
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_queued() const { return static_cast<int64_t>(waiting_.size()); }
   kv::KvStats kv_stats() const { return kv_->stats(); }
@@ -139,6 +158,12 @@ class Scheduler {
     SequenceState* seq = nullptr;          // owned by kv_ while running
     int64_t window_floor = 0;              // the plan's decoder window floor (replay start of prefill_tokens)
     int32_t next_input = -1;               // decoding: the token fed at the next step
+    std::unique_ptr<Speculation> speculation;  // null: not speculating
+  };
+  // One segment of a step's forward: its request and the rows it planned.
+  struct Planned {
+    Running* r = nullptr;
+    int64_t rows = 0;
   };
 
   Scheduler(const ModelWeights& weights, const ComputeContext& ctx, const SchedulerOptions& options,
@@ -162,15 +187,27 @@ class Scheduler {
   // finished with the error).
   bool reserve_or_preempt(Running& r, int64_t rows, std::vector<Event>* events);
   void preempt(Running& r);
-  // Samples the next token from `row` [vocab] (the logits of the sequence's last position), records it; finishes
-  // the request when a stop condition holds. Returns true if it finished.
-  bool emit(Running& r, const float* row, std::vector<Event>* events);
+  // Records `sampled` (drawn from `row` [vocab], the logits at `position`); finishes the request when a stop
+  // condition holds. Returns true if it finished.
+  bool emit(Running& r, SampledToken sampled, const float* row, int64_t position, std::vector<Event>* events);
+  // Whether `token` ends the request (kStopToken: a stop id; kMaxTokens: the last of max_new_tokens once
+  // `generated` ids are out; else kNone).
+  FinishReason ending(const Running& r, int32_t token, int64_t generated) const;
+  // A speculating decode segment after the forward: verifies its rows [first_row, first_row + 1 + k) of out,
+  // rolls back the rejected ones and emits the tokens. Returns the rows kept (the DSpark context of the step).
+  int64_t verify(Running& r, const ForwardOutput& out, size_t first_row, std::vector<Event>* events);
+  // Feeds the step's kept rows of every speculating segment to the DSpark stages and drafts their next blocks.
+  // segment_rows[i]: the kept rows of batch segment i (-1: not a speculating segment, or finished).
+  void draft_next(const ForwardBatch& batch, const ForwardOutput& out, const std::vector<RequestId>& ids,
+                  const std::vector<int64_t>& segment_rows, std::vector<Event>* events);
+  Running* find_running(RequestId id);
   void finish(RequestId id, FinishReason reason, const std::string& error, std::vector<Event>* events);
 
   const ModelWeights& weights_;
   ComputeContext ctx_;
   Workspace workspace_;      // every forward's scratch; grows to the largest step shape, then reused
   ForwardOutput step_out_;   // reused across steps (keeps the logits capacity)
+  DSparkOutput drafts_;      // the last DSpark call's drafts
   SchedulerOptions options_;
   std::unique_ptr<kv::KvCacheManager> kv_;
   RequestId next_id_ = 0;

@@ -312,6 +312,7 @@ void HttpServer::handle_count_tokens(const httplib::Request& req, httplib::Respo
 void HttpServer::respond(std::unique_ptr<Stream> stream, GenerationRequest request, ApiFlavor flavor,
                          httplib::Response& res) {
   Engine& engine = *engine_.load();
+  request.speculative = options_.speculative;  // greedy output is unchanged by it, sampled output's distribution too
   auto handle = engine.submit(std::move(request));
   if (!handle.ok()) return reply_error(res, from_engine_error(handle.error(), flavor), flavor);
   stream->source = std::make_unique<EngineEventSource>(engine, std::move(*handle));

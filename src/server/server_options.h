@@ -17,6 +17,7 @@ struct ServerOptions {
   int64_t max_body_bytes = 32 << 20;   // larger bodies: 413
   int http_threads = 64;               // connections served at once (streams hold one each)
   double shutdown_grace_s = 10.0;      // on SIGTERM, in-flight requests get this long before they are cancelled
+  int speculative = 0;                 // DSpark drafted tokens per decode step for every request (0 = off)
   std::string cache_dir;               // prefix-cache directory (reported; used once the engine has a prefix cache)
 };
 

@@ -101,7 +101,7 @@ TEST_P(ForwardAllocations, DecodeStepsOfOneAndOfFourSequences) {
     ForwardOutput out;
     for (int step = 0; step < kSteps; ++step) {
       batch.clear();
-      for (int b = 0; b < batch_size; ++b) engine::add_decode_row(batch, *seqs[static_cast<size_t>(b)], prompt_[static_cast<size_t>(step + b)], 0);
+      for (int b = 0; b < batch_size; ++b) engine::add_decode_rows(batch, *seqs[static_cast<size_t>(b)], &prompt_[static_cast<size_t>(step + b)], 1, 0);
       Status status;
       const int64_t count = allocations_of_forward(*runner_, batch, ctx_, &out, &status);
       ASSERT_TRUE(status.ok()) << status.message();

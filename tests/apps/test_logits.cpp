@@ -130,6 +130,37 @@ TEST_F(LogitsCli, DefaultPlanEqualsExactWhenThePromptFitsTheWindow) {
   std::filesystem::remove(plan_out);
 }
 
+// --speculative: the logits file and the ids are those of a run without it (greedy is lossless and the
+// verification rows are computed like decode rows), and the JSON line says what the drafts did.
+TEST_F(LogitsCli, SpeculativeRunWritesTheSameRowsAndReportsTheDrafts) {
+  std::string ids;
+  for (int i = 0; i < 30; ++i) ids += (i ? "," : "") + std::to_string((i * 53 + 7) % 2048);
+  const std::string plain_out = temp_path("spec_plain.bin"), spec_out = temp_path("spec_on.bin");
+  CliRun plain = run_cli({"logits", "-m", model_, "--tokens", ids, "-n", "20", "--out", plain_out});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  CliRun spec = run_cli({"logits", "-m", model_, "--tokens", ids, "-n", "20", "--out", spec_out, "--speculative", "4"});
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(a["generated"], b["generated"]);
+  EXPECT_EQ(a["positions"], b["positions"]);
+  EXPECT_EQ(a["draft_tokens"], 0);
+  EXPECT_EQ(a["mean_accept_len"], 1.0);
+  EXPECT_GT(b["draft_tokens"].get<int64_t>(), 0);
+  EXPECT_LE(b["accepted_tokens"].get<int64_t>(), b["draft_tokens"].get<int64_t>());
+  EXPECT_GE(b["mean_accept_len"].get<double>(), 1.0);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_EQ(read(plain_out), read(spec_out));
+  CliRun refused = run_cli({"logits", "-m", model_, "--tokens", ids, "-n", "3", "--out", spec_out, "--speculative",
+                            "2", "--follow", "1,2,3"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("follow"));
+  std::filesystem::remove(plain_out);
+  std::filesystem::remove(spec_out);
+}
+
 TEST_F(LogitsCli, TokensFile) {
   const std::string ids = temp_path("ids.txt");
   std::ofstream(ids) << "0 5\n9,200\n";

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,7 +62,7 @@ inline Status decode_step(const ModelRunner& runner, const std::vector<int32_t>&
                           const std::vector<SequenceState*>& seqs, const std::vector<int64_t>& floors,
                           std::vector<float>* logits, const ComputeContext* ctx = nullptr) {
   ForwardBatch batch;
-  for (size_t b = 0; b < seqs.size(); ++b) engine::add_decode_row(batch, *seqs[b], tokens[b], floors.empty() ? 0 : floors[b]);
+  for (size_t b = 0; b < seqs.size(); ++b) engine::add_decode_rows(batch, *seqs[b], &tokens[b], 1, floors.empty() ? 0 : floors[b]);
   ForwardOutput out;
   Status s = engine::run_batch(runner.weights(), batch, ctx ? *ctx : runner.context(), &out);
   if (s.ok()) *logits = std::move(out.logits);
@@ -102,6 +103,50 @@ inline PlanRun plan_greedy(const ModelRunner& runner, const std::vector<int32_t>
     run.logits.insert(run.logits.end(), logits.begin(), logits.end());
   }
   return run;
+}
+
+// Byte-for-byte comparison of everything a sequence's later forwards read or a plain run holds (the first
+// num_layers window layers; -1 = all, the DSpark stages' rings included).
+inline void expect_same_state(const SequenceState& a, const SequenceState& b, const std::string& where,
+                              int num_layers = -1) {
+  ASSERT_EQ(a.num_positions(), b.num_positions()) << where;
+  ASSERT_EQ(a.num_layers(), b.num_layers()) << where;
+  const int64_t d = a.layout().head_dim;
+  for (int l = 0; l < (num_layers < 0 ? a.num_layers() : num_layers); ++l) {
+    const kv::WindowRing& ra = a.window(l);
+    const kv::WindowRing& rb = b.window(l);
+    for (int s = 0; s < ra.window(); ++s) {
+      ASSERT_EQ(ra.slot_position(s), rb.slot_position(s)) << where << " layer " << l << " slot " << s;
+      if (ra.slot_position(s) < 0) continue;
+      EXPECT_EQ(0, std::memcmp(ra.slot_codes(s), rb.slot_codes(s), static_cast<size_t>(d))) << where << " layer " << l;
+      EXPECT_EQ(0, std::memcmp(ra.slot_scales(s), rb.slot_scales(s), static_cast<size_t>(d / 32))) << where;
+    }
+    const kv::CompressedKv* ca = a.compressed(l);
+    const kv::CompressedKv* cb = b.compressed(l);
+    ASSERT_EQ(ca == nullptr, cb == nullptr);
+    if (ca != nullptr) {
+      ASSERT_EQ(ca->num_entries(), cb->num_entries()) << where << " layer " << l;
+      for (int64_t e = 0; e < ca->num_entries(); ++e) {
+        EXPECT_EQ(0, std::memcmp(ca->kv_row(e), cb->kv_row(e), static_cast<size_t>(kv::CompressedKv::kv_bytes(d))));
+        EXPECT_EQ(0, std::memcmp(ca->index_key_row(e), cb->index_key_row(e),
+                                 static_cast<size_t>(kv::CompressedKv::index_key_bytes(ca->index_head_dim()))));
+      }
+    }
+    const kv::CompressorTail* ta = a.tail(l);
+    const kv::CompressorTail* tb = b.tail(l);
+    ASSERT_EQ(ta == nullptr, tb == nullptr);
+    if (ta != nullptr) {
+      EXPECT_EQ(0, std::memcmp(ta->kv.data(), tb->kv.data(), ta->kv.size_bytes())) << where << " tail kv " << l;
+      EXPECT_EQ(0, std::memcmp(ta->score.data(), tb->score.data(), ta->score.size_bytes())) << where << " tail " << l;
+    }
+  }
+  ASSERT_EQ(a.engram() == nullptr, b.engram() == nullptr);
+  if (a.engram() != nullptr) {
+    EXPECT_EQ(a.engram()->num_positions(), b.engram()->num_positions()) << where;
+    const auto ea = a.engram()->recent();
+    const auto eb = b.engram()->recent();
+    EXPECT_TRUE(std::equal(ea.begin(), ea.end(), eb.begin(), eb.end())) << where << " engram history";
+  }
 }
 
 }  // namespace dsflash::testing

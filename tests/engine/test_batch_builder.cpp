@@ -180,7 +180,7 @@ TEST_P(PlanTest, MixedPrefillAndDecodeStepEqualsSeparateCalls) {
   const int64_t floor = replay_start(runner.config(), replay(), n);
   for (int64_t done = 0; done < m; done += 20) {
     ForwardBatch mixed;
-    engine::add_decode_row(mixed, *decoding_mixed, token, floor);
+    engine::add_decode_rows(mixed, *decoding_mixed, &token, 1, floor);
     ASSERT_TRUE(engine::add_prefill_chunk(mixed, runner.config(), *prefill_mixed, second.data() + done, 20, m, exact(),
                                           LogitsRows::kAll).ok());
     ForwardOutput together;

@@ -12,48 +12,6 @@
 namespace dsflash::testing {
 namespace {
 
-// Byte-for-byte comparison of everything a sequence's later forwards read or a plain run holds.
-void expect_same_state(const SequenceState& a, const SequenceState& b, const std::string& where) {
-  ASSERT_EQ(a.num_positions(), b.num_positions()) << where;
-  ASSERT_EQ(a.num_layers(), b.num_layers()) << where;
-  const int64_t d = a.layout().head_dim;
-  for (int l = 0; l < a.num_layers(); ++l) {
-    const kv::WindowRing& ra = a.window(l);
-    const kv::WindowRing& rb = b.window(l);
-    for (int s = 0; s < ra.window(); ++s) {
-      ASSERT_EQ(ra.slot_position(s), rb.slot_position(s)) << where << " layer " << l << " slot " << s;
-      if (ra.slot_position(s) < 0) continue;
-      EXPECT_EQ(0, std::memcmp(ra.slot_codes(s), rb.slot_codes(s), static_cast<size_t>(d))) << where << " layer " << l;
-      EXPECT_EQ(0, std::memcmp(ra.slot_scales(s), rb.slot_scales(s), static_cast<size_t>(d / 32))) << where;
-    }
-    const kv::CompressedKv* ca = a.compressed(l);
-    const kv::CompressedKv* cb = b.compressed(l);
-    ASSERT_EQ(ca == nullptr, cb == nullptr);
-    if (ca != nullptr) {
-      ASSERT_EQ(ca->num_entries(), cb->num_entries()) << where << " layer " << l;
-      for (int64_t e = 0; e < ca->num_entries(); ++e) {
-        EXPECT_EQ(0, std::memcmp(ca->kv_row(e), cb->kv_row(e), static_cast<size_t>(kv::CompressedKv::kv_bytes(d))));
-        EXPECT_EQ(0, std::memcmp(ca->index_key_row(e), cb->index_key_row(e),
-                                 static_cast<size_t>(kv::CompressedKv::index_key_bytes(ca->index_head_dim()))));
-      }
-    }
-    const kv::CompressorTail* ta = a.tail(l);
-    const kv::CompressorTail* tb = b.tail(l);
-    ASSERT_EQ(ta == nullptr, tb == nullptr);
-    if (ta != nullptr) {
-      EXPECT_EQ(0, std::memcmp(ta->kv.data(), tb->kv.data(), ta->kv.size_bytes())) << where << " tail kv " << l;
-      EXPECT_EQ(0, std::memcmp(ta->score.data(), tb->score.data(), ta->score.size_bytes())) << where << " tail " << l;
-    }
-  }
-  ASSERT_EQ(a.engram() == nullptr, b.engram() == nullptr);
-  if (a.engram() != nullptr) {
-    EXPECT_EQ(a.engram()->num_positions(), b.engram()->num_positions()) << where;
-    const auto ea = a.engram()->recent();
-    const auto eb = b.engram()->recent();
-    EXPECT_TRUE(std::equal(ea.begin(), ea.end(), eb.begin(), eb.end())) << where << " engram history";
-  }
-}
-
 class SequenceSnapshotTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SequenceSnapshotTest, KeepEqualsAPlainRunOfTheKeptRows) {

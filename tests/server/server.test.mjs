@@ -286,3 +286,26 @@ test('queue full: 503 (OpenAI) / 529 (Anthropic) with Retry-After; SIGTERM with 
   assert.equal(await stop(server), 0);
   await Promise.all(drained);
 });
+
+test('--speculative: greedy output unchanged, concurrent streams with drafts finish', async () => {
+  const spec = await startServer(['--ctx-size', '2048', '--speculative', '3']);
+  try {
+    const client = new OpenAI({ baseURL: spec.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+    const ask = (c, prompt) => c.completions.create({ model: MODEL, prompt, max_tokens: 24, temperature: 0 });
+    for (const prompt of ['The quick brown fox', 'One two three four five six']) {
+      const [plain, drafted] = await Promise.all([ask(openai, prompt), ask(client, prompt)]);
+      assert.equal(drafted.choices[0].text, plain.choices[0].text);
+      assert.equal(drafted.usage.completion_tokens, plain.usage.completion_tokens);
+    }
+    const streams = await Promise.all([...Array(4).keys()].map(async (i) => {
+      const s = await client.chat.completions.create({ model: MODEL, messages: user('stream ' + i), max_tokens: 16,
+                                                       temperature: i % 2 ? 0.8 : 0, seed: i, stream: true });
+      let finish = null;
+      for await (const chunk of s) finish = chunk.choices[0]?.finish_reason ?? finish;
+      return finish;
+    }));
+    assert.deepEqual(streams, ['length', 'length', 'length', 'length']);
+  } finally {
+    assert.equal(await stop(spec), 0);
+  }
+});
