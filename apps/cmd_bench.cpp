@@ -270,12 +270,26 @@ int run_bench(const BenchOptions& o) {
       }
       return t > 0 ? emitted / t : 0.0;
     };
-    auto mean_ms = [](const std::vector<StepRecord>& steps, int64_t drafts) {
+    // Mean step ms of the steps that verified `drafts` drafts, and its split by phase (phase_ns order).
+    double phase_ms[2][4] = {};
+    int64_t phase_steps[2] = {};
+    auto mean_ms = [&](const std::vector<StepRecord>& steps, int64_t drafts) {
       std::vector<double> ms;
+      const int which = drafts > 0 ? 1 : 0;
       for (const StepRecord& step : steps) {
-        if (step.draft_tokens == drafts) ms.push_back(step.seconds * 1e3);
+        if (step.draft_tokens != drafts) continue;
+        ms.push_back(step.seconds * 1e3);
+        for (int p = 0; p < 4; ++p) phase_ms[which][p] += static_cast<double>(step.phase_ns[p]) * 1e-6;
+        ++phase_steps[which];
       }
       return summarize(ms).mean;
+    };
+    auto phases = [&](int which) {
+      char text[160];
+      const double n = static_cast<double>(std::max<int64_t>(1, phase_steps[which]));
+      std::snprintf(text, sizeof(text), " (linear %.1f, indexer %.1f, attention %.1f, other %.1f)",
+                    phase_ms[which][1] / n, phase_ms[which][2] / n, phase_ms[which][3] / n, phase_ms[which][0] / n);
+      return std::string(text);
     };
     for (int r = 0; r < o.repetitions; ++r) {
       auto plain = bench.speculative_steps(prompt, o.decode_tokens, 0, true);
@@ -303,8 +317,8 @@ int run_bench(const BenchOptions& o) {
     const Sample pt = summarize(plain_tps), at = summarize(adaptive_tps), q = summarize(speed);
     const double projected = std::min(accept_len, static_cast<double>(k + 1)) / c.mean;
     const std::string kk = std::to_string(k);
-    rows.push_back({"decode step plain (ms)", fmt(pm)});
-    rows.push_back({"decode step verifying " + kk + " drafts (ms)", fmt(fm)});
+    rows.push_back({"decode step plain (ms)", fmt(pm) + phases(0)});
+    rows.push_back({"decode step verifying " + kk + " drafts (ms)", fmt(fm) + phases(1)});
     rows.push_back({"verify " + std::to_string(k + 1) + " rows / plain step", fmt(c, 3)});
     char text[160];
     std::snprintf(text, sizeof(text), "x%.2f (min(%.1f, %d) / %.3f)", projected, accept_len, k + 1, c.mean);

@@ -514,6 +514,7 @@ void Engine::Impl::dispatch(std::vector<engine::Event>& events) {
         // The scheduler is done with it: forget it.
         scheduler_ids.erase(a.output->id());
         active.erase(it);
+        scheduler->forget(event.id);  // its record too (a long-running server would otherwise keep every one)
         continue;
       }
     }

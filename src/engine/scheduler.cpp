@@ -104,6 +104,15 @@ const RequestRecord* Scheduler::record(RequestId id) const {
   return it == records_.end() ? nullptr : &it->second;
 }
 
+void Scheduler::forget(RequestId id) {
+  auto it = records_.find(id);
+  if (it == records_.end() || it->second.status != RequestStatus::kFinished) return;
+  for (const auto& [pending, reason] : pending_finish_) {
+    if (pending == id) return;  // its kFinished event is still due
+  }
+  records_.erase(it);
+}
+
 const SequenceState* Scheduler::sequence(RequestId id) const {
   for (const auto& r : running_) {
     if (r->id == id) return r->seq;

@@ -137,6 +137,8 @@ class Scheduler {
   bool has_work() const { return !waiting_.empty() || !running_.empty() || !pending_finish_.empty(); }
 
   const RequestRecord* record(RequestId id) const;
+  // Drops a finished request's record (after its kFinished event was consumed); no-op otherwise.
+  void forget(RequestId id);
   // The KV state of a running request (null when it is queued or finished); for tests and tools.
   const SequenceState* sequence(RequestId id) const;
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }

@@ -118,6 +118,33 @@ TEST_F(SchedulerTest, StopIdEndsGeneration) {
   EXPECT_EQ(events.back().reason, FinishReason::kStopToken);
 }
 
+// Records are kept after a request finishes (callers read them) until forget(); forget() never drops a live one.
+TEST_F(SchedulerTest, ForgetDropsOnlyFinishedRecords) {
+  auto engine = make(SchedulerOptions());
+  ASSERT_NE(engine, nullptr);
+  Request r;
+  r.prompt = slice(0, 12);
+  r.max_new_tokens = 3;
+  auto done = engine->submit(r), live = engine->submit(r);
+  ASSERT_TRUE(done.ok() && live.ok());
+  std::vector<Event> events;
+  ASSERT_TRUE(engine->cancel(*live).ok());  // finished, but its kFinished event is still due
+  engine->forget(*live);
+  EXPECT_NE(engine->record(*live), nullptr);
+  ASSERT_TRUE(engine->run_to_completion(&events).ok());
+  engine->forget(*done);
+  engine->forget(*live);
+  EXPECT_EQ(engine->record(*done), nullptr);
+  EXPECT_EQ(engine->record(*live), nullptr);
+  auto running = engine->submit(r);
+  ASSERT_TRUE(running.ok());
+  ASSERT_TRUE(engine->step(&events).ok());
+  engine->forget(*running);
+  ASSERT_NE(engine->record(*running), nullptr);
+  ASSERT_TRUE(engine->run_to_completion(&events).ok());
+  EXPECT_EQ(engine->record(*running)->generated.size(), 3u);
+}
+
 TEST_F(SchedulerTest, CancelReleasesTheCache) {
   auto engine = make(SchedulerOptions());
   ASSERT_NE(engine, nullptr);
