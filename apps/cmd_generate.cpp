@@ -78,7 +78,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
       request.prompt_ids = std::move(*ids);
     } else {
       auto ids = read_prompt_ids(options->tokens, options->tokens_file);
-      if (!ids.ok()) return fail(ids.status().message());
+      if (!ids.ok()) return fail(ids.error().message);
       request.prompt_ids = std::move(*ids);
     }
     if (request.prompt_ids.empty()) return fail("the prompt is empty");

@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,38 +24,42 @@
 
 namespace dsflash::cli {
 
-Result<std::vector<int32_t>> parse_token_ids(const std::string& text, const std::string& origin) {
+namespace {
+
+EngineError bad_ids(std::string message) { return EngineError{ErrorCode::kInvalidRequest, std::move(message)}; }
+
+}  // namespace
+
+Expected<std::vector<int32_t>> parse_token_ids(const std::string& text, const std::string& origin) {
   std::vector<int32_t> ids;
   std::string token;
-  auto flush = [&]() -> Status {
-    if (token.empty()) return Status::Ok();
+  auto flush = [&]() -> std::optional<EngineError> {
+    if (token.empty()) return std::nullopt;
     char* end = nullptr;
     const long long value = std::strtoll(token.c_str(), &end, 10);
     if (end == token.c_str() || *end != '\0' || value < INT32_MIN || value > INT32_MAX) {
-      return Status::Error(origin + ": \"" + token + "\" is not a token id");
+      return bad_ids(origin + ": \"" + token + "\" is not a token id");
     }
     ids.push_back(static_cast<int32_t>(value));
     token.clear();
-    return Status::Ok();
+    return std::nullopt;
   };
   for (char c : text) {
     if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r') {
-      Status s = flush();
-      if (!s.ok()) return s;
+      if (auto error = flush()) return *error;
     } else {
       token.push_back(c);
     }
   }
-  Status s = flush();
-  if (!s.ok()) return s;
+  if (auto error = flush()) return *error;
   return ids;
 }
 
-Result<std::vector<int32_t>> read_prompt_ids(const std::string& tokens, const std::string& tokens_file) {
-  if (!tokens.empty() && !tokens_file.empty()) return Status::Error("give either --tokens or --tokens-file, not both");
+Expected<std::vector<int32_t>> read_prompt_ids(const std::string& tokens, const std::string& tokens_file) {
+  if (!tokens.empty() && !tokens_file.empty()) return bad_ids("give either --tokens or --tokens-file, not both");
   if (!tokens_file.empty()) {
     std::ifstream in(tokens_file);
-    if (!in) return Status::Error("cannot read --tokens-file " + tokens_file);
+    if (!in) return bad_ids("cannot read --tokens-file " + tokens_file);
     std::stringstream buffer;
     buffer << in.rdbuf();
     return parse_token_ids(buffer.str(), tokens_file);
@@ -86,22 +93,22 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   add_prefix_cache_options(cmd, &options->cache_dir, &options->cache_disk_bytes, &options->no_prefix_cache);
   add_speculative_option(cmd, &options->speculative);
   cmd->callback([options, exit_code] {
-    auto fail = [exit_code](const Status& s) {
-      std::cerr << "dsflash logits: " << s.message() << "\n";
+    auto fail = [exit_code](const std::string& message) {
+      std::cerr << "dsflash logits: " << message << "\n";
       *exit_code = 1;
     };
     auto prompt = read_prompt_ids(options->tokens, options->tokens_file);
-    if (!prompt.ok()) return fail(prompt.status());
-    if (prompt->empty()) return fail(Status::Error("the prompt is empty: give --tokens or --tokens-file"));
+    if (!prompt.ok()) return fail(prompt.error().message);
+    if (prompt->empty()) return fail("the prompt is empty: give --tokens or --tokens-file");
     std::vector<int32_t> follow;
     if (!options->follow.empty()) {
       auto ids = parse_token_ids(options->follow, "--follow");
-      if (!ids.ok()) return fail(ids.status());
+      if (!ids.ok()) return fail(ids.error().message);
       follow = std::move(*ids);
     }
     if (!follow.empty() && static_cast<int64_t>(follow.size()) < options->steps) {
-      return fail(Status::Error("--follow gives " + std::to_string(follow.size()) + " ids but " +
-                                std::to_string(options->steps) + " decode steps need one each"));
+      return fail("--follow gives " + std::to_string(follow.size()) + " ids but " + std::to_string(options->steps) +
+                  " decode steps need one each");
     }
     const auto started = std::chrono::steady_clock::now();
     LoadOptions load;
@@ -113,7 +120,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     // One chunk for the whole prompt (the rows do not depend on it; one chunk is the official call shape).
     load.prefill_tokens_per_step = std::max<int64_t>(load.prefill_tokens_per_step, static_cast<int64_t>(prompt->size()));
     auto engine = Engine::load(options->model_dir, load);
-    if (!engine.ok()) return fail(Status::Error(engine.error().message));
+    if (!engine.ok()) return fail(engine.error().message);
     GenerationRequest request;
     request.prompt_ids = *prompt;
     request.max_tokens = options->steps + 1;  // one id after the prompt, one after every decode step
@@ -125,11 +132,11 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     request.speculative = options->speculative;
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     auto run = (*engine)->generate(std::move(request));
-    if (!run.ok()) return fail(Status::Error(run.error().message));
+    if (!run.ok()) return fail(run.error().message);
     std::ofstream out(options->out, std::ios::binary);
     out.write(reinterpret_cast<const char*>(run->logits.data()),
               static_cast<std::streamsize>(run->logits.size() * sizeof(float)));
-    if (!out) return fail(Status::Error("cannot write " + options->out));
+    if (!out) return fail("cannot write " + options->out);
     nlohmann::json line;
     line["generated"] = run->tokens;
     line["positions"] = run->positions;

@@ -5,13 +5,14 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "dsflash/errors.h"
 
 namespace dsflash::cli {
 
-// Comma / whitespace separated ids from exactly one of the two sources; errors name the bad text.
-Result<std::vector<int32_t>> read_prompt_ids(const std::string& tokens, const std::string& tokens_file);
+// Comma / whitespace separated ids from exactly one of the two sources; errors (kInvalidRequest) name the bad
+// text.
+Expected<std::vector<int32_t>> read_prompt_ids(const std::string& tokens, const std::string& tokens_file);
 // The same for a plain list ("--follow").
-Result<std::vector<int32_t>> parse_token_ids(const std::string& text, const std::string& origin);
+Expected<std::vector<int32_t>> parse_token_ids(const std::string& text, const std::string& origin);
 
 }  // namespace dsflash::cli

@@ -162,9 +162,13 @@ void HttpServer::route() {
     res.set_content(metrics_.render(engine ? engine->stats() : EngineStats{}), "text/plain; version=0.0.4; charset=utf-8");
   });
   s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle_chat(req, res); });
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_chat(req, ApiFlavor::kOpenAi, res);
+  });
   s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res); });
-  s.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) { handle_messages(req, res); });
+  s.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_chat(req, ApiFlavor::kAnthropic, res);
+  });
   s.Post("/v1/messages/count_tokens",
          [this](const httplib::Request& req, httplib::Response& res) { handle_count_tokens(req, res); });
 }
@@ -211,30 +215,59 @@ void HttpServer::handle_models(const httplib::Request& req, httplib::Response& r
   res.set_content(dump_json(body), kJson);
 }
 
-void HttpServer::handle_chat(const httplib::Request& req, httplib::Response& res) {
-  constexpr ApiFlavor kFlavor = ApiFlavor::kOpenAi;
+// A chat request's body parsed in its API's shape (count_tokens_only: the Anthropic count_tokens shape), the
+// server ready for its model, the prompt rendered (V4.1 encoding) and tokenized.
+struct HttpServer::ChatPrompt {
+  ChatRequest chat;
+  std::vector<int32_t> ids;
+};
+
+std::optional<HttpServer::ChatPrompt> HttpServer::chat_prompt(const httplib::Request& req, ApiFlavor flavor,
+                                                              bool count_tokens_only, httplib::Response& res) {
+  auto fail = [&](const ApiError& error) {
+    reply_error(res, error, flavor);
+    return std::nullopt;
+  };
   auto body = parse_json_object(req.body);
-  if (failed(body)) return reply_error(res, std::get<ApiError>(body), kFlavor);
-  auto parsed = parse_openai_chat(std::get<OrderedJson>(body));
-  if (failed(parsed)) return reply_error(res, std::get<ApiError>(parsed), kFlavor);
-  ChatRequest& chat = std::get<ChatRequest>(parsed);
-  if (!check_ready(chat.model, kFlavor, res)) return;
-  Engine& engine = *engine_.load();
-  auto text = render_chat_request(chat);
-  if (failed(text)) return reply_error(res, std::get<ApiError>(text), kFlavor);
-  auto ids = engine.tokenize(std::get<std::string>(text));
-  if (!ids.ok()) return reply_error(res, from_engine_error(ids.error(), kFlavor), kFlavor);
-  const int64_t prompt_tokens = static_cast<int64_t>(ids->size());
-  auto request = make_generation_request(std::move(*ids), chat.generation, ContextLimits{context_tokens()});
-  if (failed(request)) return reply_error(res, std::get<ApiError>(request), kFlavor);
+  if (failed(body)) return fail(std::get<ApiError>(body));
+  auto parsed = flavor == ApiFlavor::kAnthropic
+                    ? parse_anthropic_messages(std::get<OrderedJson>(body), count_tokens_only)
+                    : parse_openai_chat(std::get<OrderedJson>(body));
+  if (failed(parsed)) return fail(std::get<ApiError>(parsed));
+  ChatPrompt prompt{std::move(std::get<ChatRequest>(parsed)), {}};
+  if (!check_ready(prompt.chat.model, flavor, res)) return std::nullopt;
+  auto text = render_chat_request(prompt.chat);
+  if (failed(text)) return fail(std::get<ApiError>(text));
+  auto ids = engine_.load()->tokenize(std::get<std::string>(text));
+  if (!ids.ok()) return fail(from_engine_error(ids.error(), flavor));
+  prompt.ids = std::move(*ids);
+  return prompt;
+}
+
+// The chat endpoints of both APIs (OpenAI /v1/chat/completions, Anthropic /v1/messages): one pipeline, each
+// API's response writer.
+void HttpServer::handle_chat(const httplib::Request& req, ApiFlavor flavor, httplib::Response& res) {
+  std::optional<ChatPrompt> prompt = chat_prompt(req, flavor, /*count_tokens_only=*/false, res);
+  if (!prompt) return;
+  const ChatRequest& chat = prompt->chat;
+  const GenerationSettings& generation = chat.generation;
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt->ids.size());
+  auto request = make_generation_request(std::move(prompt->ids), generation, ContextLimits{context_tokens()});
+  if (failed(request)) return reply_error(res, std::get<ApiError>(request), flavor);
   auto stream = std::make_unique<Stream>();
-  stream->endpoint = "chat";
   stream->thinking = chat.render.thinking;
-  stream->top_logprobs = chat.generation.logprobs ? chat.generation.top_logprobs : -1;
-  stream->writer = std::make_unique<OpenAiChatWriter>(
-      ResponseInfo{next_id("chatcmpl-"), chat.model, unix_seconds(), prompt_tokens}, chat.generation.stream,
-      chat.generation.include_usage, chat.generation.logprobs);
-  respond(std::move(stream), std::move(std::get<GenerationRequest>(request)), kFlavor, res);
+  if (flavor == ApiFlavor::kAnthropic) {
+    stream->endpoint = "messages";
+    stream->writer = std::make_unique<AnthropicMessageWriter>(
+        ResponseInfo{next_id("msg_"), chat.model, unix_seconds(), prompt_tokens}, generation.stream);
+  } else {
+    stream->endpoint = "chat";
+    stream->top_logprobs = generation.logprobs ? generation.top_logprobs : -1;
+    stream->writer = std::make_unique<OpenAiChatWriter>(
+        ResponseInfo{next_id("chatcmpl-"), chat.model, unix_seconds(), prompt_tokens}, generation.stream,
+        generation.include_usage, generation.logprobs);
+  }
+  respond(std::move(stream), std::move(std::get<GenerationRequest>(request)), flavor, res);
 }
 
 void HttpServer::handle_completion(const httplib::Request& req, httplib::Response& res) {
@@ -270,43 +303,11 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
   respond(std::move(stream), std::move(std::get<GenerationRequest>(request)), kFlavor, res);
 }
 
-void HttpServer::handle_messages(const httplib::Request& req, httplib::Response& res) {
-  constexpr ApiFlavor kFlavor = ApiFlavor::kAnthropic;
-  auto body = parse_json_object(req.body);
-  if (failed(body)) return reply_error(res, std::get<ApiError>(body), kFlavor);
-  auto parsed = parse_anthropic_messages(std::get<OrderedJson>(body));
-  if (failed(parsed)) return reply_error(res, std::get<ApiError>(parsed), kFlavor);
-  ChatRequest& chat = std::get<ChatRequest>(parsed);
-  if (!check_ready(chat.model, kFlavor, res)) return;
-  Engine& engine = *engine_.load();
-  auto text = render_chat_request(chat);
-  if (failed(text)) return reply_error(res, std::get<ApiError>(text), kFlavor);
-  auto ids = engine.tokenize(std::get<std::string>(text));
-  if (!ids.ok()) return reply_error(res, from_engine_error(ids.error(), kFlavor), kFlavor);
-  const int64_t prompt_tokens = static_cast<int64_t>(ids->size());
-  auto request = make_generation_request(std::move(*ids), chat.generation, ContextLimits{context_tokens()});
-  if (failed(request)) return reply_error(res, std::get<ApiError>(request), kFlavor);
-  auto stream = std::make_unique<Stream>();
-  stream->endpoint = "messages";
-  stream->thinking = chat.render.thinking;
-  stream->writer = std::make_unique<AnthropicMessageWriter>(
-      ResponseInfo{next_id("msg_"), chat.model, unix_seconds(), prompt_tokens}, chat.generation.stream);
-  respond(std::move(stream), std::move(std::get<GenerationRequest>(request)), kFlavor, res);
-}
-
 void HttpServer::handle_count_tokens(const httplib::Request& req, httplib::Response& res) {
   constexpr ApiFlavor kFlavor = ApiFlavor::kAnthropic;
-  auto body = parse_json_object(req.body);
-  if (failed(body)) return reply_error(res, std::get<ApiError>(body), kFlavor);
-  auto parsed = parse_anthropic_messages(std::get<OrderedJson>(body), /*count_tokens_only=*/true);
-  if (failed(parsed)) return reply_error(res, std::get<ApiError>(parsed), kFlavor);
-  ChatRequest& chat = std::get<ChatRequest>(parsed);
-  if (!check_ready(chat.model, kFlavor, res)) return;
-  auto text = render_chat_request(chat);
-  if (failed(text)) return reply_error(res, std::get<ApiError>(text), kFlavor);
-  auto ids = engine_.load()->tokenize(std::get<std::string>(text));
-  if (!ids.ok()) return reply_error(res, from_engine_error(ids.error(), kFlavor), kFlavor);
-  res.set_content(dump_json(OrderedJson{{"input_tokens", static_cast<int64_t>(ids->size())}}), kJson);
+  std::optional<ChatPrompt> prompt = chat_prompt(req, kFlavor, /*count_tokens_only=*/true, res);
+  if (!prompt) return;
+  res.set_content(dump_json(OrderedJson{{"input_tokens", static_cast<int64_t>(prompt->ids.size())}}), kJson);
 }
 
 void HttpServer::respond(std::unique_ptr<Stream> stream, GenerationRequest request, ApiFlavor flavor,

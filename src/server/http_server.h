@@ -16,7 +16,9 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "dsflash/engine.h"
 #include "server/api_error.h"
@@ -53,15 +55,20 @@ class HttpServer {
 
  private:
   struct Stream;
+  struct ChatPrompt;
   void route();
   bool authorized(const httplib::Request& req) const;
   void reply_error(httplib::Response& res, const ApiError& error, ApiFlavor flavor) const;
   void handle_health(httplib::Response& res) const;
   void handle_models(const httplib::Request& req, httplib::Response& res) const;
-  void handle_chat(const httplib::Request& req, httplib::Response& res);
+  // /v1/chat/completions (kOpenAi) and /v1/messages (kAnthropic).
+  void handle_chat(const httplib::Request& req, ApiFlavor flavor, httplib::Response& res);
   void handle_completion(const httplib::Request& req, httplib::Response& res);
-  void handle_messages(const httplib::Request& req, httplib::Response& res);
   void handle_count_tokens(const httplib::Request& req, httplib::Response& res);
+  // Parse, readiness, render and tokenize, shared by the chat endpoints: the prompt, or nullopt once res holds
+  // the error.
+  std::optional<ChatPrompt> chat_prompt(const httplib::Request& req, ApiFlavor flavor, bool count_tokens_only,
+                                        httplib::Response& res);
   // Engine ready and not shutting down, the model name known: else the error to answer.
   bool check_ready(const std::string& model, ApiFlavor flavor, httplib::Response& res) const;
   bool model_known(const std::string& model, bool anthropic) const;

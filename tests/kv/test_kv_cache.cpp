@@ -10,6 +10,7 @@
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_layout.h"
+#include "kv_test_util.h"
 
 namespace dsflash::kv {
 namespace {
@@ -20,18 +21,8 @@ ModelConfig released_config() {
   return *config;
 }
 
-// A small config with the V4.1 KV dims and role pattern: sources L2 (ratio 2) and L4 (ratio 1).
-ModelConfig small_config() {
-  ModelConfig c;
-  c.n_layers = 6;
-  c.n_mtp_layers = 1;
-  c.head_dim = 512;
-  c.index_head_dim = 128;
-  c.window_size = 8;
-  c.compress_ratios = {0, 0, 2, 2, 1, 1, 0};
-  c.kv_source_layers = {2, 4};
-  return c;
-}
+// The KV tests' small config (sources L2 ratio 2 and L4 ratio 1), here without Engram.
+ModelConfig small_config() { return test::small_config(/*engram=*/false); }
 
 TEST(KvLayout, ReleasedConfigGives890BytesPerToken) {
   const ModelConfig config = released_config();

@@ -7,41 +7,21 @@
 #include <string>
 #include <vector>
 
-#include "io/model_config.h"
 #include "kv/kv_cache.h"
+#include "kv_test_util.h"
 
 namespace dsflash::kv {
 namespace {
 
 constexpr uint64_t kSeed = 1234;
 
-// V4.1 KV dims, sources L2 (ratio 2) and L4 (ratio 1), Engram (max n-gram 3), 16-token blocks.
-KvLayout small_layout() {
-  ModelConfig c;
-  c.n_layers = 6;
-  c.n_mtp_layers = 1;
-  c.head_dim = 512;
-  c.index_head_dim = 128;
-  c.window_size = 8;
-  c.compress_ratios = {0, 0, 2, 2, 1, 1, 0};
-  c.kv_source_layers = {2, 4};
-  c.engram_layer_ids = {1};
-  c.engram_max_ngram_size = 3;
-  auto layout = KvLayout::from_config(c, 16);
-  EXPECT_TRUE(layout.ok()) << layout.status().message();
-  return *layout;
-}
+using test::make_manager;
+using test::small_layout;
 
 std::vector<int32_t> prompt(int n, int32_t first = 0) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   std::iota(t.begin(), t.end(), first);
   return t;
-}
-
-std::unique_ptr<KvCacheManager> manager(const KvLayout& layout, int64_t budget) {
-  auto m = KvCacheManager::create(layout, budget);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  return std::move(*m);
 }
 
 TEST(KvSharing, FixedBytesAreEveryPartExactly) {
@@ -57,7 +37,7 @@ TEST(KvSharing, FixedBytesAreEveryPartExactly) {
 TEST(KvSharing, OpenChargesOnlyFixedStateAndGrowsAsItGoes) {
   const KvLayout l = small_layout();
   const int64_t fixed = l.fixed_bytes_per_sequence();
-  auto m = manager(l, fixed + 3 * l.block_bytes);
+  auto m = make_manager(l, fixed + 3 * l.block_bytes);
   auto seq = m->open_sequence();
   ASSERT_TRUE(seq.ok()) << seq.status().message();
   SequencePages& pages = (*seq)->pages();
@@ -83,7 +63,7 @@ TEST(KvSharing, ReserveFailureNamesBytesAndChangesNothing) {
   const KvLayout l = small_layout();
   const int64_t fixed = l.fixed_bytes_per_sequence();
   const int64_t budget = fixed + 3 * l.block_bytes + 17;
-  auto m = manager(l, budget);
+  auto m = make_manager(l, budget);
   auto seq = m->open_sequence();
   ASSERT_TRUE(seq.ok());
   SequencePages& pages = (*seq)->pages();
@@ -107,7 +87,7 @@ TEST(KvSharing, ReserveFailureNamesBytesAndChangesNothing) {
 TEST(KvSharing, SecondSequenceDoesNotFitBesideTheFirst) {
   const KvLayout l = small_layout();
   const int64_t fixed = l.fixed_bytes_per_sequence();
-  auto m = manager(l, 2 * fixed - 1);
+  auto m = make_manager(l, 2 * fixed - 1);
   auto a = m->open_sequence();
   ASSERT_TRUE(a.ok());
   EXPECT_FALSE(m->can_open());
@@ -137,7 +117,7 @@ SequenceKv* run_and_commit(KvCacheManager& m, const std::vector<int32_t>& tokens
 
 TEST(KvSharing, CommitPublishesFullBlocksWithChainedHashes) {
   const KvLayout l = small_layout();
-  auto m = manager(l, 64 << 20);
+  auto m = make_manager(l, 64 << 20);
   const std::vector<int32_t> tokens = prompt(53);
   SequenceKv* seq = run_and_commit(*m, tokens);
   SequencePages& pages = seq->pages();
@@ -159,7 +139,7 @@ TEST(KvSharing, CommitPublishesFullBlocksWithChainedHashes) {
 TEST(KvSharing, SecondSequenceSharesTheCachedPrefixWithoutNewMemory) {
   const KvLayout l = small_layout();
   const int64_t fixed = l.fixed_bytes_per_sequence();
-  auto m = manager(l, 64 << 20);
+  auto m = make_manager(l, 64 << 20);
   const std::vector<int32_t> tokens = prompt(53);
   SequenceKv* first = run_and_commit(*m, tokens);
   const int64_t used_before = m->used_bytes();
@@ -206,7 +186,7 @@ TEST(KvSharing, SecondSequenceSharesTheCachedPrefixWithoutNewMemory) {
 
 TEST(KvSharing, AttachNeedsAnEmptyPageTableAndStopsAtTheFirstMiss) {
   const KvLayout l = small_layout();
-  auto m = manager(l, 64 << 20);
+  auto m = make_manager(l, 64 << 20);
   const std::vector<int32_t> tokens = prompt(53);
   (void)run_and_commit(*m, tokens);
   std::vector<BlockHash> hashes = hash_full_blocks(tokens, 16, kSeed);
@@ -224,7 +204,7 @@ TEST(KvSharing, CachedBlocksSurviveReleaseAndAreEvictedUnderPressure) {
   const int64_t fixed = l.fixed_bytes_per_sequence();
   // One sequence and 4 blocks.
   const int64_t budget = fixed + 4 * l.block_bytes;
-  auto m = manager(l, budget);
+  auto m = make_manager(l, budget);
   const std::vector<int32_t> tokens = prompt(53);
   SequenceKv* first = run_and_commit(*m, tokens);
   ASSERT_TRUE(m->release(*first).ok());
@@ -254,7 +234,7 @@ TEST(KvSharing, OpeningEvictsCachedBlocksThatNoLongerFitBesideTheFixedState) {
   const int64_t fixed = l.fixed_bytes_per_sequence();
   // Two fixed states fit only if at most one block is held.
   const int64_t budget = 2 * fixed + 1 * l.block_bytes + 5;
-  auto m = manager(l, budget);
+  auto m = make_manager(l, budget);
   auto a = m->open_sequence();
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(m->reserve((*a)->pages(), 32).ok());  // budget - fixed holds 2 blocks (fixed > block)
@@ -275,7 +255,7 @@ TEST(KvSharing, AccountingIsExactThroughALifecycle) {
   const KvLayout l = small_layout();
   const int64_t fixed = l.fixed_bytes_per_sequence();
   const int64_t budget = 3 * fixed + 9 * l.block_bytes + 123;
-  auto m = manager(l, budget);
+  auto m = make_manager(l, budget);
   auto check = [&](int64_t seqs, int64_t blocks, int64_t cached) {
     const KvStats st = m->stats();
     EXPECT_EQ(st.num_sequences, seqs);
@@ -309,8 +289,8 @@ TEST(KvSharing, AccountingIsExactThroughALifecycle) {
 
 TEST(KvSharing, ForeignAndReleasedSequencesAreRejected) {
   const KvLayout l = small_layout();
-  auto a = manager(l, 64 << 20);
-  auto b = manager(l, 64 << 20);
+  auto a = make_manager(l, 64 << 20);
+  auto b = make_manager(l, 64 << 20);
   auto seq = a->open_sequence();
   ASSERT_TRUE(seq.ok());
   EXPECT_FALSE(b->reserve((*seq)->pages(), 10).ok());

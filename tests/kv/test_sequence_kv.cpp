@@ -8,40 +8,16 @@
 #include <set>
 #include <vector>
 
-#include "io/model_config.h"
-#include "kv/kv_cache.h"
 #include "formats/quant.h"
+#include "kv/kv_cache.h"
+#include "kv_test_util.h"
 
 namespace dsflash::kv {
 namespace {
 
-ModelConfig config() {
-  ModelConfig c;
-  c.n_layers = 6;
-  c.n_mtp_layers = 1;
-  c.head_dim = 512;
-  c.index_head_dim = 128;
-  c.window_size = 8;
-  c.compress_ratios = {0, 0, 2, 2, 1, 1, 0};
-  c.kv_source_layers = {2, 4};
-  c.engram_layer_ids = {1};
-  c.engram_max_ngram_size = 3;
-  return c;
-}
-
-struct Fixture {
-  KvLayout layout;
-  std::unique_ptr<KvCacheManager> manager;
-  SequenceKv* seq = nullptr;
-};
-
-Fixture make(int64_t budget = 64 << 20) {
-  Fixture f;
-  f.layout = *KvLayout::from_config(config(), 16);
-  f.manager = KvCacheManager::create(f.layout, budget).value();
-  f.seq = *f.manager->open_sequence();
-  return f;
-}
+using test::KvFixture;
+using test::make_fixture;
+using test::small_config;
 
 // Window row of a position: codes any e4m3 byte but NaN (0x7f/0xff), scales finite ue8m0.
 void window_row(int64_t pos, std::vector<uint8_t>* codes, std::vector<uint8_t>* scales) {
@@ -62,7 +38,7 @@ void entry(int64_t e, std::vector<uint8_t>* main, std::vector<uint8_t>* key) {
 }
 
 TEST(SequenceKv, HasTheModelsLayersSourcesAndTails) {
-  Fixture f = make();
+  KvFixture f = make_fixture();
   SequenceKv& s = *f.seq;
   EXPECT_EQ(s.num_layers(), 7);
   for (int layer = 0; layer < 7; ++layer) {
@@ -86,7 +62,7 @@ TEST(SequenceKv, HasTheModelsLayersSourcesAndTails) {
 }
 
 TEST(SequenceKv, StateStartsEmptyAndTheRegionsAreDisjoint) {
-  Fixture f = make();
+  KvFixture f = make_fixture();
   SequenceKv& s = *f.seq;
   for (int layer = 0; layer < 7; ++layer) {
     for (int slot = 0; slot < 8; ++slot) EXPECT_EQ(s.window(layer).slot_position(slot), -1);
@@ -126,7 +102,7 @@ TEST(SequenceKv, StateStartsEmptyAndTheRegionsAreDisjoint) {
 }
 
 TEST(WindowRingStorage, RoundTripsTheLatestRowOfEverySlot) {
-  Fixture f = make();
+  KvFixture f = make_fixture();
   WindowRing& ring = f.seq->window(0);
   std::vector<uint8_t> codes, scales;
   for (int64_t p = 0; p < 21; ++p) {  // wraps twice
@@ -153,7 +129,7 @@ TEST(WindowRingStorage, RoundTripsTheLatestRowOfEverySlot) {
 }
 
 TEST(CompressedKvStorage, RoundTripsEntriesAcrossBlocks) {
-  Fixture f = make();
+  KvFixture f = make_fixture();
   ASSERT_TRUE(f.manager->reserve(f.seq->pages(), 40).ok());  // 3 blocks: 48 entries at ratio 1
   CompressedKv& kv = *f.seq->compressed(4);
   std::vector<uint8_t> m, k;
@@ -189,7 +165,7 @@ TEST(CompressedKvStorage, RoundTripsEntriesAcrossBlocks) {
 }
 
 TEST(CompressedKvStorage, AppendWithoutReserveIsAnErrorThatStoresNothing) {
-  Fixture f = make();
+  KvFixture f = make_fixture();
   CompressedKv& kv = *f.seq->compressed(4);
   std::vector<uint8_t> m, k;
   entry(0, &m, &k);
@@ -206,7 +182,7 @@ TEST(CompressedKvStorage, AppendWithoutReserveIsAnErrorThatStoresNothing) {
 }
 
 TEST(CompressedKvStorage, PublishedBlocksAreReadOnly) {
-  Fixture f = make();
+  KvFixture f = make_fixture();
   SequencePages& pages = f.seq->pages();
   ASSERT_TRUE(f.manager->reserve(pages, 32).ok());
   CompressedKv& kv = *f.seq->compressed(4);
@@ -227,7 +203,7 @@ TEST(CompressedKvStorage, PublishedBlocksAreReadOnly) {
 }
 
 TEST(CompressorTailStorage, ResetRestoresZeroAndMinusInfinity) {
-  Fixture f = make();
+  KvFixture f = make_fixture();
   CompressorTail& tail = *f.seq->tail(2);
   EXPECT_EQ(tail.ratio, 2);
   EXPECT_EQ(tail.head_dim, 512);
@@ -244,7 +220,7 @@ TEST(CompressorTailStorage, ResetRestoresZeroAndMinusInfinity) {
 }
 
 TEST(EngramHistoryStorage, KeepsTheLastIds) {
-  Fixture f = make();
+  KvFixture f = make_fixture();
   EngramHistory& h = *f.seq->engram();
   std::vector<int64_t> all;  // every id appended; the history keeps the last N-1 = 2
   int64_t next = 100;
@@ -260,7 +236,7 @@ TEST(EngramHistoryStorage, KeepsTheLastIds) {
 }
 
 TEST(EngramHistoryStorage, RestoreChecksTheCount) {
-  Fixture f = make();
+  KvFixture f = make_fixture();
   EngramHistory& h = *f.seq->engram();
   const std::vector<int64_t> two = {7, 8};
   const std::vector<int64_t> one = {9};
@@ -275,7 +251,7 @@ TEST(EngramHistoryStorage, RestoreChecksTheCount) {
 }
 
 TEST(SequenceKv, ModelWithoutEngramHasNoHistoryAndNoBytesForIt) {
-  ModelConfig c = config();
+  ModelConfig c = small_config();
   c.engram_layer_ids.clear();
   auto layout = KvLayout::from_config(c, 16);
   ASSERT_TRUE(layout.ok());

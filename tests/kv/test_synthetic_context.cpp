@@ -8,44 +8,19 @@
 #include <vector>
 
 #include "formats/formats.h"
-#include "io/model_config.h"
 #include "kv/kv_cache.h"
 #include "kv/synthetic_context.h"
+#include "kv_test_util.h"
 
 namespace dsflash::kv {
 namespace {
 
-ModelConfig config() {
-  ModelConfig c;
-  c.n_layers = 6;
-  c.n_mtp_layers = 1;
-  c.head_dim = 512;
-  c.index_head_dim = 128;
-  c.window_size = 8;
-  c.compress_ratios = {0, 0, 2, 2, 1, 1, 0};
-  c.kv_source_layers = {2, 4};
-  c.engram_layer_ids = {1};
-  c.engram_max_ngram_size = 3;
-  return c;
-}
-
-struct Fixture {
-  KvLayout layout;
-  std::unique_ptr<KvCacheManager> manager;
-  SequenceKv* seq = nullptr;
-};
-
-Fixture make() {
-  Fixture f;
-  f.layout = *KvLayout::from_config(config(), 16);
-  f.manager = KvCacheManager::create(f.layout, 64 << 20).value();
-  f.seq = *f.manager->open_sequence();
-  return f;
-}
+using test::KvFixture;
+using test::make_fixture;
 
 TEST(SyntheticContext, FillsEverySourceWindowAndTailWithFiniteValues) {
   for (int64_t depth : {int64_t{0}, int64_t{5}, int64_t{8}, int64_t{1001}}) {
-    Fixture f = make();
+    KvFixture f = make_fixture();
     ASSERT_TRUE(f.manager->reserve(f.seq->pages(), depth).ok());
     ASSERT_TRUE(fill_synthetic_context(*f.seq, depth, 42).ok()) << depth;
     EXPECT_EQ(f.seq->num_positions(), depth);
@@ -92,8 +67,8 @@ TEST(SyntheticContext, FillsEverySourceWindowAndTailWithFiniteValues) {
 }
 
 TEST(SyntheticContext, DeterministicInTheSeed) {
-  Fixture a = make(), b = make(), c = make();
-  for (Fixture* f : {&a, &b, &c}) ASSERT_TRUE(f->manager->reserve(f->seq->pages(), 300).ok());
+  KvFixture a = make_fixture(), b = make_fixture(), c = make_fixture();
+  for (KvFixture* f : {&a, &b, &c}) ASSERT_TRUE(f->manager->reserve(f->seq->pages(), 300).ok());
   ASSERT_TRUE(fill_synthetic_context(*a.seq, 300, 7).ok());
   ASSERT_TRUE(fill_synthetic_context(*b.seq, 300, 7).ok());
   ASSERT_TRUE(fill_synthetic_context(*c.seq, 300, 8).ok());
@@ -110,7 +85,7 @@ TEST(SyntheticContext, DeterministicInTheSeed) {
 }
 
 TEST(SyntheticContext, RefusesUsedOrUnreservedSequences) {
-  Fixture f = make();
+  KvFixture f = make_fixture();
   EXPECT_FALSE(fill_synthetic_context(*f.seq, 100, 1).ok());  // nothing reserved
   EXPECT_EQ(f.seq->num_positions(), 0);
   ASSERT_TRUE(f.manager->reserve(f.seq->pages(), 100).ok());
