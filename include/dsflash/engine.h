@@ -199,6 +199,17 @@ struct ModelInfo {
   int64_t fixed_kv_bytes_per_sequence = 0;  // window rings + compressor tails + Engram history
   int64_t max_request_positions = 0;        // prompt + max_tokens a single request may reach
   int dspark_block_size = 0;                // DSpark draft block (0: the model cannot speculate)
+  // Weight elements one token's matmuls use (io/model_stats.h): CED prefill per prompt token (encoder + the
+  // decoder start's global-KV path), and a decode token (every layer + the head).
+  int64_t activated_params_prefill = 0;
+  int64_t activated_params_decode = 0;
+};
+
+// The machine's dense dot-product peak, measured on the engine's worker threads (benchmarks print speed figures
+// next to it).
+struct ComputePeak {
+  double gflops = 0.0;
+  std::string kernel;  // which instruction was timed ("avx512bf16 vdpbf16ps", or an fp32 FMA fallback)
 };
 
 // One step of the loop thread (for benchmarks): what it computed and how long it took.
@@ -258,6 +269,9 @@ class Engine {
   int64_t global_kv_bytes_for_positions(int64_t positions) const;
   // The steps run since the last call (at most the last 4096), oldest first.
   std::vector<StepRecord> take_step_records();
+  // Times the dot-product peak now (about `seconds`, on the worker threads the steps use: call it between
+  // requests, or it competes with them).
+  ComputePeak measure_compute_peak(double seconds = 0.25) const;
 
   struct Impl;
 

@@ -7,6 +7,7 @@
 
 #include "engine/sampler.h"
 #include "io/model_stats.h"
+#include "kernels/peak_probe.h"
 
 namespace dsflash {
 namespace {
@@ -145,7 +146,10 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   info.dim = config.dim;
   info.window_size = config.window_size;
   info.dspark_block_size = impl->dspark ? impl->dspark->block_size() : 0;
-  info.parameters = count_parameters(config).total;
+  const ParameterCounts params = count_parameters(config);
+  info.parameters = params.total;
+  info.activated_params_prefill = params.activated_prefill;
+  info.activated_params_decode = params.activated_decode;
   for (const auto& entry : std::filesystem::directory_iterator(model_dir, ec)) {
     if (entry.path().extension() == ".safetensors") info.checkpoint_bytes += static_cast<int64_t>(entry.file_size());
   }
@@ -191,6 +195,11 @@ std::string Engine::detokenize(const std::vector<int32_t>& ids) const {
 
 int64_t Engine::global_kv_bytes_for_positions(int64_t positions) const {
   return impl_->kv_layout->global_bytes_for_positions(positions);
+}
+
+ComputePeak Engine::measure_compute_peak(double seconds) const {
+  const DotPeak peak = measure_dot_peak(impl_->runner->context().pool, seconds);
+  return ComputePeak{peak.gflops, peak.kernel};
 }
 
 std::vector<StepRecord> Engine::take_step_records() {

@@ -1,0 +1,93 @@
+#include "kernels/peak_probe.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <vector>
+
+namespace dsflash {
+namespace {
+
+constexpr int kChains = 12;  // independent accumulators: more than latency x throughput of the dot unit
+
+// Register-only loops; the result feeds a sink so the compiler keeps every instruction.
+__attribute__((target("avx512f,avx512bf16"))) float bf16_dot_rounds(int64_t rounds) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_setzero_ps();
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3F80);  // 1.0 bf16
+  const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3C00);  // 2^-7: sums stay finite
+  for (int64_t r = 0; r < rounds; ++r) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+  }
+  __m512 total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
+  return _mm512_reduce_add_ps(total);
+}
+
+__attribute__((target("avx2,fma"))) float fma_rounds(int64_t rounds) {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_setzero_ps();
+  const __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(1.0f / 128);
+  for (int64_t r = 0; r < rounds; ++r) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(a, b, acc[c]);
+  }
+  __m256 total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = _mm256_add_ps(total, acc[c]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, total);
+  float s = 0;
+  for (float v : lanes) s += v;
+  return s;
+}
+
+bool has_bf16_dot() { return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f"); }
+
+const char* kBf16Kernel = "avx512bf16 vdpbf16ps";
+const char* kFmaKernel = "avx2 fp32 fma";
+
+}  // namespace
+
+int64_t dot_probe_flops(const std::string& kernel, int64_t iterations) {
+  const int64_t per_instruction = kernel == kBf16Kernel ? 64 : 16;
+  return iterations * kChains * per_instruction;
+}
+
+DotPeak measure_dot_peak(ThreadPool* pool, double seconds) {
+  DotPeak peak;
+  const bool bf16 = has_bf16_dot();
+  peak.kernel = bf16 ? kBf16Kernel : kFmaKernel;
+  auto rounds_fn = [bf16](int64_t rounds) { return bf16 ? bf16_dot_rounds(rounds) : fma_rounds(rounds); };
+  // Calibrate on one thread so the timed run lasts about `seconds`.
+  using Clock = std::chrono::steady_clock;
+  int64_t rounds = 1 << 16;
+  volatile float sink = 0;
+  for (;;) {
+    const auto t0 = Clock::now();
+    sink = sink + rounds_fn(rounds);
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (t > seconds / 8 || rounds > (int64_t{1} << 40)) {
+      rounds = static_cast<int64_t>(static_cast<double>(rounds) * seconds / std::max(t, 1e-9));
+      break;
+    }
+    rounds *= 4;
+  }
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  std::vector<float> sinks(static_cast<size_t>(threads) * 16, 0.0f);
+  const auto t0 = Clock::now();
+  if (pool != nullptr) {
+    pool->parallel_for(threads, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) sinks[static_cast<size_t>(t) * 16] = rounds_fn(rounds);
+    });
+  } else {
+    sinks[0] = rounds_fn(rounds);
+  }
+  peak.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (float v : sinks) sink = sink + v;
+  peak.flops_per_thread = dot_probe_flops(peak.kernel, rounds);
+  peak.gflops = static_cast<double>(peak.flops_per_thread) * threads / peak.seconds * 1e-9;
+  return peak;
+}
+
+}  // namespace dsflash

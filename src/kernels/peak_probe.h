@@ -1,0 +1,29 @@
+// The machine's dense-compute peak, measured now (DESIGN.md "Speed": a speed figure is printed next to the
+// same-run machine limit). bf16 dot peak: every worker thread runs independent chains of the widest bf16 dot
+// instruction the CPU has on registers only (AVX-512 BF16 `vdpbf16ps`: 32 bf16 products summed pairwise into 16
+// fp32 lanes = 64 FLOPs per instruction), so nothing but the dot units is timed. Without AVX-512 BF16 the probe
+// times fp32 FMAs on 8 lanes (16 FLOPs per instruction) and says so. Not a model kernel: it has no reference twin;
+// tests check its accounting and that it reports a positive rate.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/thread_pool.h"
+
+namespace dsflash {
+
+struct DotPeak {
+  double gflops = 0.0;          // all threads together
+  std::string kernel;           // "avx512bf16 vdpbf16ps" or "avx2 fp32 fma"
+  int64_t flops_per_thread = 0; // FLOPs each thread executed in the timed run
+  double seconds = 0.0;
+};
+
+// Runs for about `seconds` on every thread of `pool` (null: the calling thread only).
+DotPeak measure_dot_peak(ThreadPool* pool, double seconds = 0.25);
+
+// FLOPs of one call of the probe's inner loop of `iterations` rounds for `kernel` (what measure_dot_peak counts).
+int64_t dot_probe_flops(const std::string& kernel, int64_t iterations);
+
+}  // namespace dsflash
