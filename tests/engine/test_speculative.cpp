@@ -222,6 +222,27 @@ TEST_F(SpeculativeSchedulerTest, BatchedWithPlainRequestsEachGetsWhatItGetsAlone
   EXPECT_EQ(scheduler->kv_stats().num_sequences, 0);
 }
 
+// The default (adaptive) policy over a long generation: it may switch itself off, skip feeding the drafter during
+// the gap and re-probe with rings fed only in the window before; the ids stay those of a plain run.
+TEST_F(SpeculativeSchedulerTest, AdaptiveRequestSwitchesOffReprobesAndStaysLossless) {
+  Request r;
+  r.prompt = slice(0, 20);
+  r.max_new_tokens = 180;
+  r.speculative = 4;
+  auto scheduler = make_scheduler("tiny-a", SchedulerOptions());
+  auto id = scheduler->submit(r);
+  ASSERT_TRUE(id.ok());
+  std::vector<Event> events;
+  ASSERT_TRUE(scheduler->run_to_completion(&events).ok());
+  const auto* rec = scheduler->record(*id);
+  EXPECT_EQ(rec->reason, FinishReason::kMaxTokens);
+  EXPECT_EQ(rec->generated, alone(r));
+  EXPECT_GT(rec->speculation.draft_tokens, 0);
+  std::printf("adaptive over %lld decode steps: %lld drafts verified, %lld accepted\n",
+              static_cast<long long>(rec->speculation.decode_steps), static_cast<long long>(rec->speculation.draft_tokens),
+              static_cast<long long>(rec->speculation.accepted_tokens));
+}
+
 TEST_F(SpeculativeSchedulerTest, StopIdAndMaxTokensCutAVerifiedBlock) {
   Request r;
   r.prompt = slice(0, 30);
