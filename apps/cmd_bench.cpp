@@ -67,6 +67,7 @@ struct BenchOptions {
   int64_t chunk = 2048;
   int repetitions = 2;
   int threads = 0;
+  bool pin_threads = false;
   int64_t reserve_context = 1048576;
   bool json = false;
   bool prefix_cache = false;  // only the prefix-cache TTFT figures
@@ -222,6 +223,7 @@ int run_bench(const BenchOptions& o) {
   const auto run_start = std::chrono::steady_clock::now();
   LoadOptions lo;
   lo.num_threads = o.threads;
+  lo.pin_threads = o.pin_threads;
   lo.kv_budget_bytes = int64_t{64} << 30;  // generous (pages are only backed when written)
   lo.prefill_tokens_per_step = o.chunk;
   lo.max_running = static_cast<int>(std::max<int64_t>(1, *std::max_element(o.batches.begin(), o.batches.end())));
@@ -561,6 +563,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--chunk", options->chunk, "prefill chunk (tokens)");
   cmd->add_option("-r,--repetitions", options->repetitions, "repetitions per figure");
   cmd->add_option("-t,--threads", options->threads, "worker threads (0: one per hardware thread)");
+  cmd->add_flag("--pin-threads", options->pin_threads, "pin each worker thread to one CPU, spread over the NUMA nodes");
   cmd->add_option("--reserve-context", options->reserve_context, "context whose global-KV reservation is reported");
   cmd->add_flag("--json", options->json, "one JSON object instead of the table");
   cmd->add_flag("--prefix-cache", options->prefix_cache,

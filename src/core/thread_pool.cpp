@@ -1,5 +1,7 @@
 #include "core/thread_pool.h"
 
+#include "core/numa_topology.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -21,10 +23,16 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, std::vector<int> cpus) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   scratch_ = std::make_unique<ScratchSlot[]>(static_cast<size_t>(num_threads));
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < num_threads; ++i) {
+    const int cpu = static_cast<size_t>(i) < cpus.size() ? cpus[static_cast<size_t>(i)] : -1;
+    workers_.emplace_back([this, i, cpu] {
+      if (cpu >= 0) (void)pin_current_thread(cpu);  // refused (CPU outside the mask): runs unpinned
+      worker_loop(i);
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -19,8 +19,9 @@ namespace dsflash {
 
 class ThreadPool {
  public:
-  // num_threads <= 0: one per hardware thread.
-  explicit ThreadPool(int num_threads = 0);
+  // num_threads <= 0: one per hardware thread. cpus (optional, [num_threads]): worker i pins itself to cpus[i] when
+  // it starts (core/numa_topology.h place_threads; entry 0 is the caller's, which the caller pins if it wants).
+  explicit ThreadPool(int num_threads = 0, std::vector<int> cpus = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -1,5 +1,9 @@
 #include "engine/model_runner.h"
 
+#include <thread>
+
+#include "core/numa_topology.h"
+
 namespace dsflash {
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkpoint_dir,
@@ -18,7 +22,17 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
   if (options.reference) {
     runner->ctx_ = ComputeContext::for_backend(reference_backend());
   } else {
-    runner->pool_ = std::make_unique<ThreadPool>(options.num_threads);
+    std::vector<int> cpus;
+    if (options.pin_threads) {
+      // One CPU per worker, threads spread over the NUMA nodes in proportion to their CPUs (core/numa_topology.h).
+      const int threads = options.num_threads > 0 ? options.num_threads
+                                                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      auto topology = NumaTopology::from_sysfs("/sys/devices/system/node", threads);
+      if (!topology.ok()) return topology.status().with_context("pinning threads");
+      const ThreadPlacement placement = place_threads(*topology, threads);
+      cpus = placement.cpu_of_thread;  // entry 0 is whoever calls parallel_for (the engine's loop): left unpinned
+    }
+    runner->pool_ = std::make_unique<ThreadPool>(options.num_threads, cpus);
     runner->ctx_ = ComputeContext::for_backend(best_backend(), runner->pool_.get());
   }
   runner->ctx_.workspace = runner->workspace_.get();
