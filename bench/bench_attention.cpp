@@ -1,7 +1,7 @@
 // Attention kernels at the real model's shapes (spec/MODEL.md §1, §4.3, §4.5): sparse attention of one decode
 // query (64 heads x 512, window 128 + top-k 512 = 640 entries) and of a prefill tile (32 queries), reference
 // vs fast (1 and 2 threads); the top-k selection of the indexer (k 512 over 16K..1M scores, bf16-valued with
-// ties); the indexer's q·k dot products (64 heads x 128 against 256 keys). Prints time per call and the
+// ties); the indexer's q·k dot products (64 heads x 128 against 256 keys) and head weighting (32 heads x 16 keys). Prints time per call and the
 // kernel's arithmetic rate; a benchmark, not a test.
 // Run: build-<you>/bench/bench_attention [--benchmark_filter=sparse]
 #include <benchmark/benchmark.h>
@@ -122,6 +122,35 @@ void BM_IndexDots16(benchmark::State& state) {
 }
 BENCHMARK(BM_IndexDotsInOrder)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_IndexDots16)->Unit(benchmark::kMicrosecond);
+
+// The head weighting of 16 keys' dot products (32 heads, V4.1's indexer): scalar formula vs the 16-lane twins.
+void run_weigh_heads16(benchmark::State& state, WeighHeads16Kernel kernel) {
+  constexpr int kWeighHeads = 32;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> dots(static_cast<size_t>(kWeighHeads * kIndexKeyLanes)), w(kWeighHeads);
+  for (float& v : dots) v = normal(rng);
+  for (float& v : w) v = round_to_bf16(normal(rng) * 0.1f);
+  float out[kIndexKeyLanes];
+  for (auto _ : state) {
+    kernel(dots.data(), w.data(), kWeighHeads, out);
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["keys/s"] =
+      benchmark::Counter(kIndexKeyLanes, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+void BM_WeighHeads16Reference(benchmark::State& s) { run_weigh_heads16(s, weigh_heads16_reference); }
+void BM_WeighHeads16Avx2(benchmark::State& s) { run_weigh_heads16(s, weigh_heads16_avx2); }
+void BM_WeighHeads16Avx512(benchmark::State& s) {
+  if (WeighHeads16Kernel k = weigh_heads16_avx512()) {
+    run_weigh_heads16(s, k);
+  } else {
+    s.SkipWithError("no AVX-512 F on this CPU");
+  }
+}
+BENCHMARK(BM_WeighHeads16Reference);
+BENCHMARK(BM_WeighHeads16Avx2);
+BENCHMARK(BM_WeighHeads16Avx512);
 
 void run_topk(benchmark::State& state, const TopkKernels& kernels) {
   const int64_t n = state.range(0);
