@@ -57,6 +57,9 @@ struct QueryHeadInts {
   int32_t* exponent;   // [dim/32]
   int32_t* sum;        // [dim/32] Σ iq (for the +12 offset of the keys)
   int32_t* bound;      // [dim/32] 12 * Σ|iq| (the partial-sum bound); 0 = the block is all zeros
+  // (Σ_b bound[b]) << 11 < 2^24: with every block shift <= 11 (checked anyway) the partial sums stay below 2^24,
+  // so the per-lane sum of shifted bounds need not be formed.
+  bool small_total;
 };
 
 #define DSFLASH_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -187,20 +190,21 @@ DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_
       lo = _mm512_min_epi32(lo, e[b]);
     }
     e_min[h] = lo;
-    __m512i total = _mm512_setzero_si512();
     __mmask16 ok = valid;
     for (int b = 0; b < blocks; ++b) {
-      if (qi.bound[b] == 0) {
-        shift[h][b] = _mm512_setzero_si512();
-        continue;
-      }
-      const __m512i s = _mm512_sub_epi32(e[b], lo);
-      ok &= _mm512_cmple_epi32_mask(s, _mm512_set1_epi32(11));
-      shift[h][b] = _mm512_min_epi32(s, _mm512_set1_epi32(11));
-      total = _mm512_add_epi32(total, _mm512_sllv_epi32(_mm512_set1_epi32(qi.bound[b]), shift[h][b]));
+      // s > 11 fails the check (the call then returns false), so the shifts used below are all <= 11 on valid
+      // lanes; lanes past `lanes` may hold any shift, their results are never stored.
+      shift[h][b] = qi.bound[b] == 0 ? _mm512_setzero_si512() : _mm512_sub_epi32(e[b], lo);
+      ok &= _mm512_cmple_epi32_mask(shift[h][b], _mm512_set1_epi32(11));
     }
     if (!any_block[h]) continue;
-    ok &= _mm512_cmplt_epi32_mask(total, _mm512_set1_epi32(1 << 24));
+    if (!qi.small_total) {
+      __m512i total = _mm512_setzero_si512();
+      for (int b = 0; b < blocks; ++b) {
+        total = _mm512_add_epi32(total, _mm512_sllv_epi32(_mm512_set1_epi32(qi.bound[b]), shift[h][b]));
+      }
+      ok &= _mm512_cmplt_epi32_mask(total, _mm512_set1_epi32(1 << 24));
+    }
     ok &= _mm512_cmpge_epi32_mask(lo, _mm512_set1_epi32(-126));
     ok &= _mm512_cmple_epi32_mask(lo, _mm512_set1_epi32(103));
     if (ok != valid) return false;
@@ -286,12 +290,15 @@ void index_scores_rows_exact(const IndexScoreRowsArgs& a) {
     qi.sum = qi.exponent + blocks;
     qi.bound = qi.sum + blocks;
     const float* q = a.q + static_cast<int64_t>(qh) * a.dim;
+    int64_t bounds = 0;
     for (int64_t b = 0; b < blocks; ++b) {
       if (!split_block(q + b * 32, qi.iq + b * 32, qi.exponent + b, qi.sum + b, qi.bound + b)) {
         scores_of_dequantised_rows<index_scores_packed16>(a);  // q is not MXFP4-shaped
         return;
       }
+      bounds += qi.bound[b];
     }
+    qi.small_total = (bounds << 11) < (int64_t{1} << 24);
   }
   const std::span<uint8_t> kq = arena.take<uint8_t>(static_cast<size_t>(a.dim * kIndexKeyLanes));  // [dim/4][16][4]
   const std::span<int32_t> ub = arena.take<int32_t>(static_cast<size_t>(blocks * kIndexKeyLanes));  // [blocks][16]

@@ -24,7 +24,7 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kQueryTile = 32;   // queries per tile (bounds the per-call buffers on long prefills)
-constexpr int64_t kKeyBlock = 256;   // indexer keys dequantised per block
+constexpr int64_t kKeyBlock = 256;   // indexer keys per kernel call, at least (the call prepares q once per call)
 
 // BF16 (or fp32-promoted) linear: fp32 sums; rounded to bf16 when the reference's output tensor is bf16.
 void bf16_linear(const float* x, int64_t rows, const Bf16Weight& w, float* y, const ComputeContext& ctx,
@@ -96,15 +96,19 @@ int latest_source(const std::vector<int>& sources, int layer) {
 
 // Indexer scores of a tile of tile_n queries (q [tile_n, heads, dim], weights [tile_n, heads]) against `count` stored
 // key rows of `source`: key c is the source's entry columns[c] (columns nullptr: entry c); scores[t * stride + c].
-// Blocks of kKeyBlock keys split over the pool.
+// Blocks of keys split over the pool: kKeyBlock keys, or more (up to 16x, in steps of 16) on long rows so the
+// kernel's per-call preparation of q is spread over more keys while every thread still gets >= 4 blocks. Keys are
+// scored independently, so the blocking never changes a score.
 void score_key_rows(const CompressedKv& source, const int32_t* columns, int64_t count, const float* q,
                     const float* weights, int64_t tile_n, int heads, int64_t dim, float* scores, int64_t stride,
                     const ComputeContext& ctx) {
+  const int64_t threads = ctx.pool != nullptr ? ctx.pool->num_threads() : 1;
+  const int64_t key_block = std::clamp<int64_t>((count / (4 * threads) + 15) / 16 * 16, kKeyBlock, 16 * kKeyBlock);
   auto score_blocks = [&](int64_t kb_begin, int64_t kb_end, int thread) {
     ThreadScratch scratch(ctx.pool, thread);
-    const std::span<const uint8_t*> key_rows = scratch.take<const uint8_t*>(static_cast<size_t>(kKeyBlock));
+    const std::span<const uint8_t*> key_rows = scratch.take<const uint8_t*>(static_cast<size_t>(key_block));
     for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
-      const int64_t c0 = kb * kKeyBlock, c1 = std::min(count, c0 + kKeyBlock);
+      const int64_t c0 = kb * key_block, c1 = std::min(count, c0 + key_block);
       for (int64_t c = c0; c < c1; ++c) {
         key_rows[static_cast<size_t>(c - c0)] = source.index_key_row(columns != nullptr ? columns[c] : c);
       }
@@ -122,7 +126,7 @@ void score_key_rows(const CompressedKv& source, const int32_t* columns, int64_t 
       ctx.backend->index_scores_rows(args);
     }
   };
-  const int64_t key_blocks = (count + kKeyBlock - 1) / kKeyBlock;
+  const int64_t key_blocks = (count + key_block - 1) / key_block;
   if (ctx.pool != nullptr && key_blocks > 1) {
     ctx.pool->parallel_for(key_blocks, score_blocks);
   } else {
