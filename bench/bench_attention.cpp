@@ -1,11 +1,13 @@
 // Attention kernels at the real model's shapes (spec/MODEL.md §1, §4.3, §4.5): sparse attention of one decode
 // query (64 heads x 512, window 128 + top-k 512 = 640 entries) and of a prefill tile (32 queries), reference
 // vs fast (1 and 2 threads); the top-k selection of the indexer (k 512 over 16K..1M scores, bf16-valued with
-// ties); the indexer's q·k dot products (64 heads x 128 against 256 keys). Prints time per call and the
-// kernel's arithmetic rate; a benchmark, not a test.
+// ties; 1 and 2 threads) and of the candidate blocks (k 2048 over 131072); the indexer's q·k dot products (64 heads
+// x 128 against 256 keys) and head weighting (32 heads x 16 keys). Prints time per call and the kernel's
+// arithmetic rate; a benchmark, not a test.
 // Run: build-<you>/bench/bench_attention [--benchmark_filter=sparse]
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -123,23 +125,63 @@ void BM_IndexDots16(benchmark::State& state) {
 BENCHMARK(BM_IndexDotsInOrder)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_IndexDots16)->Unit(benchmark::kMicrosecond);
 
+// The head weighting of 16 keys' dot products (32 heads, V4.1's indexer): scalar formula vs the 16-lane twins.
+void run_weigh_heads16(benchmark::State& state, WeighHeads16Kernel kernel) {
+  constexpr int kWeighHeads = 32;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> dots(static_cast<size_t>(kWeighHeads * kIndexKeyLanes)), w(kWeighHeads);
+  for (float& v : dots) v = normal(rng);
+  for (float& v : w) v = round_to_bf16(normal(rng) * 0.1f);
+  float out[kIndexKeyLanes];
+  for (auto _ : state) {
+    kernel(dots.data(), w.data(), kWeighHeads, out);
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["keys/s"] =
+      benchmark::Counter(kIndexKeyLanes, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+void BM_WeighHeads16Reference(benchmark::State& s) { run_weigh_heads16(s, weigh_heads16_reference); }
+void BM_WeighHeads16Avx2(benchmark::State& s) { run_weigh_heads16(s, weigh_heads16_avx2); }
+void BM_WeighHeads16Avx512(benchmark::State& s) {
+  if (WeighHeads16Kernel k = weigh_heads16_avx512()) {
+    run_weigh_heads16(s, k);
+  } else {
+    s.SkipWithError("no AVX-512 F on this CPU");
+  }
+}
+BENCHMARK(BM_WeighHeads16Reference);
+BENCHMARK(BM_WeighHeads16Avx2);
+BENCHMARK(BM_WeighHeads16Avx512);
+
+// range(0) scores, range(1) = k, range(2) = threads (0: single-threaded, no pool).
 void run_topk(benchmark::State& state, const TopkKernels& kernels) {
-  const int64_t n = state.range(0);
+  const int64_t n = state.range(0), k = state.range(1);
+  std::unique_ptr<ThreadPool> pool = state.range(2) > 0 ? std::make_unique<ThreadPool>(static_cast<int>(state.range(2)))
+                                                        : nullptr;
   std::mt19937 rng(2);
   std::normal_distribution<float> normal;
   std::vector<float> x(static_cast<size_t>(n));
   for (float& v : x) v = round_to_bf16(normal(rng));  // bf16 values: many ties
-  std::vector<int32_t> out(512);
+  std::vector<int32_t> out(static_cast<size_t>(k));
+  Arena scratch;
   for (auto _ : state) {
-    kernels.select(x.data(), n, 512, out.data());
+    kernels.select(x.data(), n, k, out.data(), pool.get(), &scratch);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations() * n);
 }
 void BM_TopkReference(benchmark::State& s) { run_topk(s, reference_topk()); }
 void BM_TopkBest(benchmark::State& s) { run_topk(s, best_topk()); }
-BENCHMARK(BM_TopkReference)->Arg(16384)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_TopkBest)->Arg(16384)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
+// The indexer's rows: k 512 over 16K and 1M scores; the candidate blocks, k 2048 over 131072 block maxima.
+BENCHMARK(BM_TopkReference)->Args({16384, 512, 0})->Args({1 << 20, 512, 0})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TopkBest)
+    ->Args({16384, 512, 0})
+    ->Args({1 << 20, 512, 0})
+    ->Args({1 << 20, 512, 2})
+    ->Args({131072, 2048, 0})
+    ->Args({131072, 2048, 2})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace dsflash

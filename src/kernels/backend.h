@@ -65,8 +65,10 @@ struct Backend {
   // reference dequantises them; "avx512" runs exact integer dots (VNNI) where the CPU has AVX-512 VNNI.
   void (*index_scores_rows)(const IndexScoreRowsArgs& args);
 
-  // --- top-k (kernels/topk.h): min(k, n) indices of x [n] in descending rank (value desc, index asc).
-  void (*topk_select)(const float* x, int64_t n, int64_t k, int32_t* out);
+  // --- top-k (kernels/topk.h): min(k, n) indices of x [n] in descending rank (value desc, index asc), the same
+  // for any pool; the SIMD tables split long rows over it. scratch: memory for the per-thread picks (taken and given
+  // back inside the call; nullptr: a private arena, which allocates).
+  void (*topk_select)(const float* x, int64_t n, int64_t k, int32_t* out, ThreadPool* pool, Arena* scratch);
 
   // --- sparse attention with the per-head sink (kernels/sparse_attention.h).
   void (*sparse_attention)(const SparseAttentionArgs& args, ThreadPool* pool);

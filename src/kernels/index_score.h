@@ -24,6 +24,18 @@ void index_dots16(const float* packed, const float* q, int heads, int64_t dim, f
 // The scalar in-order dot (the reference path's and the tests' oracle).
 float dot_in_order(const float* a, const float* b, int64_t n);
 
+// The per-key head weighting of 16 keys: dots [heads][16] fp32 (dots[h][l] = q_h · key_l), w [heads] fp32 ->
+//   out[l] = bf16( Σ_h bf16( relu(bf16(dots[h][l])) * w[h] ) ), out [16],
+// the head sum in torch's outer cascade order (kernels/reduce.h outer_cascade_sum). The reference runs the scalar
+// formula lane by lane; the vector twins run the same float operations in the same order on all 16 lanes at once
+// (relu as max(0, x), which returns x unless 0 > x, as std::max(x, 0.0f) does, so -0.0 and NaN pass through alike;
+// bf16 rounding by integer arithmetic, never vcvtneps2bf16, which flushes subnormals), so all three agree bit for bit
+// (NaN payloads aside).
+void weigh_heads16_reference(const float* dots, const float* w, int heads, float* out);
+void weigh_heads16_avx2(const float* dots, const float* w, int heads, float* out);  // the x86-64-v3 baseline
+using WeighHeads16Kernel = void (*)(const float* dots, const float* w, int heads, float* out);
+WeighHeads16Kernel weigh_heads16_avx512();  // nullptr when the CPU lacks AVX-512 F
+
 // One call of the indexer's scoring: a tile of queries against a block of keys.
 //   score[t][j] = bf16( Σ_h bf16( relu(bf16(q[t][h] · key[j])) * weights[t][h] ) ),
 // the head sum in torch's outer cascade order (kernels/reduce.h outer_cascade_sum).
@@ -44,7 +56,8 @@ struct IndexScoreArgs {
 
 // The oracle: for each query, key and head the in-order dot, one at a time.
 void index_scores_reference(const IndexScoreArgs& args);
-// The same bits: the keys packed 16 to a group and each query's heads scored against a group by index_dots16.
+// The same bits: the keys packed 16 to a group, each query's heads scored against a group by index_dots16 and
+// weighted by weigh_heads16_avx2.
 void index_scores_packed16(const IndexScoreArgs& args);
 
 // The same scores from the stored indexer key rows (kv/state_storage.h: [dim/2] packed e2m1, low nibble = even
@@ -74,8 +87,8 @@ void index_scores_rows_packed16(const IndexScoreRowsArgs& args);
 // when that bound is < 2^24 and 2^E_min is a normal float (E_min in [-126, 103]), every product and partial sum
 // is exact in fp32, so the reference's rounded sum IS N * 2^E_min. The kernel checks this per (query, head, key)
 // and computes that group of 16 keys with index_dots16 on dequantised keys where it fails, and the whole call
-// that way when q is not MXFP4-shaped; either way the bits are the oracle's. nullptr when the CPU lacks
-// AVX-512 F/BW/VNNI.
+// that way when q is not MXFP4-shaped; either way the bits are the oracle's. The head weighting is
+// weigh_heads16_avx512 (same bits as the scalar formula). nullptr when the CPU lacks AVX-512 F/BW/VNNI.
 using IndexScoreRowsKernel = void (*)(const IndexScoreRowsArgs& args);
 IndexScoreRowsKernel index_scores_rows_vnni();
 

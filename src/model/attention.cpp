@@ -24,7 +24,7 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kQueryTile = 32;   // queries per tile (bounds the per-call buffers on long prefills)
-constexpr int64_t kKeyBlock = 256;   // indexer keys dequantised per block
+constexpr int64_t kKeyBlock = 256;   // indexer keys per kernel call, at least (the call prepares q once per call)
 
 // BF16 (or fp32-promoted) linear: fp32 sums; rounded to bf16 when the reference's output tensor is bf16.
 void bf16_linear(const float* x, int64_t rows, const Bf16Weight& w, float* y, const ComputeContext& ctx,
@@ -92,6 +92,91 @@ int latest_source(const std::vector<int>& sources, int layer) {
     if (s <= layer) latest = std::max(latest, s);
   }
   return latest;
+}
+
+// Indexer scores of a tile of tile_n queries (q [tile_n, heads, dim], weights [tile_n, heads]) against `count` stored
+// key rows of `source`: key c is the source's entry columns[c] (columns nullptr: entry c); scores[t * stride + c].
+// Blocks of keys split over the pool: kKeyBlock keys, or more (up to 16x, in steps of 16) on long rows so the
+// kernel's per-call preparation of q is spread over more keys while every thread still gets >= 4 blocks. Keys are
+// scored independently, so the blocking never changes a score.
+void score_key_rows(const CompressedKv& source, const int32_t* columns, int64_t count, const float* q,
+                    const float* weights, int64_t tile_n, int heads, int64_t dim, float* scores, int64_t stride,
+                    const ComputeContext& ctx) {
+  const int64_t threads = ctx.pool != nullptr ? ctx.pool->num_threads() : 1;
+  const int64_t key_block = std::clamp<int64_t>((count / (4 * threads) + 15) / 16 * 16, kKeyBlock, 16 * kKeyBlock);
+  auto score_blocks = [&](int64_t kb_begin, int64_t kb_end, int thread) {
+    ThreadScratch scratch(ctx.pool, thread);
+    const std::span<const uint8_t*> key_rows = scratch.take<const uint8_t*>(static_cast<size_t>(key_block));
+    for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
+      const int64_t c0 = kb * key_block, c1 = std::min(count, c0 + key_block);
+      for (int64_t c = c0; c < c1; ++c) {
+        key_rows[static_cast<size_t>(c - c0)] = source.index_key_row(columns != nullptr ? columns[c] : c);
+      }
+      IndexScoreRowsArgs args;
+      args.q = q;
+      args.weights = weights;
+      args.key_rows = key_rows.data();
+      args.scores = scores + c0;
+      args.num_queries = tile_n;
+      args.num_keys = c1 - c0;
+      args.score_stride = stride;
+      args.heads = heads;
+      args.dim = dim;
+      args.scratch = &scratch.arena();
+      ctx.backend->index_scores_rows(args);
+    }
+  };
+  const int64_t key_blocks = (count + key_block - 1) / key_block;
+  if (ctx.pool != nullptr && key_blocks > 1) {
+    ctx.pool->parallel_for(key_blocks, score_blocks);
+  } else {
+    score_blocks(0, key_blocks, 0);
+  }
+}
+
+// The entries j < width in the candidate pool of some query of a tile (masks [tile_n, width] bytes, nonzero =
+// pooled), ascending, into columns [width]; returns their count. 64 entries at a time, OR-ed over the tile, so the
+// mostly empty pools of a long context cost one pass over their bytes.
+int64_t pooled_columns(const uint8_t* masks, int64_t tile_n, int64_t width, int32_t* columns) {
+  constexpr int64_t kSpan = 64;
+  int64_t count = 0;
+  for (int64_t j0 = 0; j0 < width; j0 += kSpan) {
+    const int64_t n = std::min(kSpan, width - j0);
+    uint8_t any[kSpan] = {};
+    for (int64_t t = 0; t < tile_n; ++t) {
+      const uint8_t* mask = masks + t * width + j0;
+      for (int64_t j = 0; j < n; ++j) any[j] |= mask[j];
+    }
+    uint64_t words[kSpan / 8];
+    std::memcpy(words, any, sizeof(words));
+    uint64_t seen = 0;
+    for (uint64_t w : words) seen |= w;
+    if (seen == 0) continue;
+    for (int64_t j = 0; j < n; ++j) {
+      if (any[j] != 0) columns[count++] = static_cast<int32_t>(j0 + j);
+    }
+  }
+  return count;
+}
+
+// out [blocks]: the maximum of each block of `block` scores of row [width] (the last block ragged), from -inf with
+// std::max (a NaN score never wins). Ranges of blocks split over the pool when it is given (each block's maximum is
+// its own, so any split gives the same values).
+void block_maxima(const float* row, int64_t width, int64_t block, int64_t blocks, float* out, ThreadPool* pool) {
+  auto run = [&](int64_t b_begin, int64_t b_end, int) {
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      const int64_t j0 = b * block, j1 = std::min(width, j0 + block);
+      float m = kNegInf;
+      for (int64_t j = j0; j < j1; ++j) m = std::max(m, row[j]);
+      out[b] = m;
+    }
+  };
+  constexpr int64_t kGrain = 4096;  // blocks per range: the pool's hand-off is worth it only on long rows
+  if (pool != nullptr && blocks >= 2 * kGrain) {
+    pool->parallel_for(blocks, run, kGrain);
+  } else {
+    run(0, blocks, 0);
+  }
 }
 
 }  // namespace
@@ -385,90 +470,42 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
       trace->candidate_block_scores.assign(static_cast<size_t>(num_tokens * blocks), 0.0f);
     }
   }
-  const int64_t key_blocks = (width + kKeyBlock - 1) / kKeyBlock;
   const std::span<float> scores =
       frame.take<float>(static_cast<size_t>(std::min(kQueryTile, num_tokens) * width));  // [tile, width]
   for (int64_t tile = 0; tile < num_tokens; tile += kQueryTile) {
     const int64_t tile_n = std::min(kQueryTile, num_tokens - tile);
-    std::fill(scores.begin(), scores.begin() + tile_n * width, 0.0f);
+    const float* tile_q = &q[static_cast<size_t>(tile * ih * id)];
+    const float* tile_w = &weights[static_cast<size_t>(tile * ih)];
     // score[t][j] = bf16( Σ_h bf16( relu(bf16(q_h · k_j)) * w_h ) ), the head sum in torch's cascade order
     // (kernels/index_score.h); threads split the key blocks.
-    auto score_keys = [&](int64_t kb_begin, int64_t kb_end, int thread) {
-      ThreadScratch scratch(ctx.pool, thread);
-      const std::span<const uint8_t*> key_rows = scratch.take<const uint8_t*>(static_cast<size_t>(kKeyBlock));
-      for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
-        const int64_t j0 = kb * kKeyBlock, j1 = std::min(width, j0 + kKeyBlock);
-        for (int64_t j = j0; j < j1; ++j) key_rows[static_cast<size_t>(j - j0)] = source->index_key_row(j);
-        IndexScoreRowsArgs args;
-        args.q = &q[static_cast<size_t>(tile * ih * id)];
-        args.weights = &weights[static_cast<size_t>(tile * ih)];
-        args.key_rows = key_rows.data();
-        args.scores = &scores[static_cast<size_t>(j0)];
-        args.num_queries = tile_n;
-        args.num_keys = j1 - j0;
-        args.score_stride = width;
-        args.heads = ih;
-        args.dim = id;
-        args.scratch = &scratch.arena();
-        ctx.backend->index_scores_rows(args);
-      }
-    };
     if (candidate_restricted_) {
-      // Reindex: only keys in some query's candidate pool can rank (the rest are -inf below), so only they are
-      // scored: the tile's pooled columns, gathered in key blocks, scored, scattered (same kernel, same bits).
+      // Reindex: only keys in the query's candidate pool can rank (the rest are -inf), so only the tile's pooled
+      // columns are scored (gathered, same kernel, same bits) and each query's own pool is scattered into its row.
       ArenaScope columns_scope(frame);
+      const uint8_t* masks = &shared.candidates[static_cast<size_t>(tile * width)];  // [tile_n, width]
       const std::span<int32_t> columns = frame.take<int32_t>(static_cast<size_t>(width));  // pooled j, ascending
-      int64_t num_columns = 0;
-      for (int64_t j = 0; j < width; ++j) {
-        bool pooled = false;
-        for (int64_t t = 0; t < tile_n && !pooled; ++t) {
-          pooled = shared.candidates[static_cast<size_t>((tile + t) * width + j)] != 0;
-        }
-        if (pooled) columns[static_cast<size_t>(num_columns++)] = static_cast<int32_t>(j);
-      }
+      const int64_t num_columns = pooled_columns(masks, tile_n, width, columns.data());
       const std::span<float> pooled_scores =
           frame.take<float>(static_cast<size_t>(std::max<int64_t>(1, tile_n * num_columns)));  // [tile, columns]
-      auto score_columns = [&](int64_t cb_begin, int64_t cb_end, int thread) {
-        ThreadScratch scratch(ctx.pool, thread);
-        const std::span<const uint8_t*> key_rows = scratch.take<const uint8_t*>(static_cast<size_t>(kKeyBlock));
-        for (int64_t cb = cb_begin; cb < cb_end; ++cb) {
-          const int64_t c0 = cb * kKeyBlock, c1 = std::min(num_columns, c0 + kKeyBlock);
-          for (int64_t c = c0; c < c1; ++c) {
-            key_rows[static_cast<size_t>(c - c0)] = source->index_key_row(columns[static_cast<size_t>(c)]);
-          }
-          IndexScoreRowsArgs args;
-          args.q = &q[static_cast<size_t>(tile * ih * id)];
-          args.weights = &weights[static_cast<size_t>(tile * ih)];
-          args.key_rows = key_rows.data();
-          args.scores = &pooled_scores[static_cast<size_t>(c0)];
-          args.num_queries = tile_n;
-          args.num_keys = c1 - c0;
-          args.score_stride = num_columns;
-          args.heads = ih;
-          args.dim = id;
-          args.scratch = &scratch.arena();
-          ctx.backend->index_scores_rows(args);
-        }
-      };
-      const int64_t column_blocks = (num_columns + kKeyBlock - 1) / kKeyBlock;
-      if (ctx.pool != nullptr && column_blocks > 1) {
-        ctx.pool->parallel_for(column_blocks, score_columns);
-      } else {
-        score_columns(0, column_blocks, 0);
-      }
+      score_key_rows(*source, columns.data(), num_columns, tile_q, tile_w, tile_n, ih, id, pooled_scores.data(),
+                     num_columns, ctx);
       for (int64_t t = 0; t < tile_n; ++t) {
         float* row = &scores[static_cast<size_t>(t * width)];
+        const uint8_t* mask = masks + t * width;
         std::fill(row, row + width, kNegInf);
         for (int64_t c = 0; c < num_columns; ++c) {
-          row[columns[static_cast<size_t>(c)]] = pooled_scores[static_cast<size_t>(t * num_columns + c)];
+          const int32_t j = columns[static_cast<size_t>(c)];
+          if (mask[j] != 0) row[j] = pooled_scores[static_cast<size_t>(t * num_columns + c)];
         }
       }
-    } else if (ctx.pool != nullptr && key_blocks > 1) {
-      ctx.pool->parallel_for(key_blocks, score_keys);
     } else {
-      score_keys(0, key_blocks, 0);
+      score_key_rows(*source, nullptr, width, tile_q, tile_w, tile_n, ih, id, scores.data(), width, ctx);
     }
-    // Per query: visibility, candidate pool (source) or restriction (Reindex), top-k.
+    // Per query: visibility, candidate pool (source), top-k. With fewer queries than threads (batch-1 decode) the
+    // queries run one after another and each splits its long rows over the pool instead: block maxima by ranges,
+    // the top-k by chunks (the same values and indices for any thread count).
+    const bool split_rows = ctx.pool != nullptr && tile_n < ctx.pool->num_threads();
+    ThreadPool* row_pool = split_rows ? ctx.pool : nullptr;
     auto select = [&](int64_t t_begin, int64_t t_end, int thread) {
       ThreadScratch scratch(ctx.pool, thread);
       const std::span<float> block_scores = scratch.take<float>(static_cast<size_t>(blocks));
@@ -480,16 +517,11 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
         const int64_t visible = (start_pos + query + 1) / ratio_;
         for (int64_t j = visible; j < width; ++j) row[j] = kNegInf;
         if (candidate_source_) {
-          for (int64_t bi = 0; bi < blocks; ++bi) {
-            float m = kNegInf;
-            const int64_t j0 = bi * candidate_block_size_, j1 = std::min(width, j0 + candidate_block_size_);
-            for (int64_t j = j0; j < j1; ++j) m = std::max(m, row[j]);
-            block_scores[static_cast<size_t>(bi)] = m;
-          }
+          block_maxima(row, width, candidate_block_size_, blocks, block_scores.data(), row_pool);
           // the block holding the newest visible position is pinned in (python floor division: none if visible == 0)
           if (visible > 0) block_scores[static_cast<size_t>((visible - 1) / candidate_block_size_)] = kPosInf;
           const int64_t kb = std::min<int64_t>(candidate_blocks_, blocks);
-          ctx.backend->topk_select(block_scores.data(), blocks, kb, chosen.data());
+          ctx.backend->topk_select(block_scores.data(), blocks, kb, chosen.data(), row_pool, &scratch.arena());
           uint8_t* mask = &pool_mask[static_cast<size_t>(query * width)];
           for (int64_t i = 0; i < kb; ++i) {
             const int64_t bi = chosen[static_cast<size_t>(i)];
@@ -501,22 +533,17 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
             std::copy(block_scores.begin(), block_scores.end(),
                       trace->candidate_block_scores.begin() + query * blocks);
           }
-        } else if (candidate_restricted_) {
-          const uint8_t* mask = &shared.candidates[static_cast<size_t>(query * width)];
-          for (int64_t j = 0; j < width; ++j) {
-            if (mask[j] == 0) row[j] = kNegInf;
-          }
         }
         if (trace != nullptr) std::copy(row, row + width, trace->index_scores.begin() + query * width);
         int32_t* out = &topk[static_cast<size_t>(query * k)];
-        ctx.backend->topk_select(row, width, k, out);
+        ctx.backend->topk_select(row, width, k, out, row_pool, &scratch.arena());
         std::sort(out, out + k);
         for (int64_t i = 0; i < k; ++i) {
           if (out[i] >= visible) out[i] = -1;
         }
       }
     };
-    if (ctx.pool != nullptr && tile_n > 1) {
+    if (ctx.pool != nullptr && tile_n > 1 && !split_rows) {
       ctx.pool->parallel_for(tile_n, select);
     } else {
       select(0, tile_n, 0);

@@ -137,7 +137,7 @@ void MoeLayer::route(const float* x, int64_t num_tokens, const ComputeContext& c
     for (int e = 0; e < num_experts; ++e) biased[static_cast<size_t>(e)] = s[e] + bias_[e];
     int32_t* chosen = experts + t * top_k_;
     float* w = weights + t * top_k_;
-    ctx.backend->topk_select(biased.data(), num_experts, top_k_, chosen);
+    ctx.backend->topk_select(biased.data(), num_experts, top_k_, chosen, nullptr, nullptr);
     for (int i = 0; i < top_k_; ++i) w[i] = s[chosen[i]];
     if (norm_topk_prob_ && top_k_ > 1) {
       float sum = 0.0f;

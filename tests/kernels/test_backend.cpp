@@ -177,8 +177,8 @@ TEST(Backend, TopkSelectSameIndices) {
         }
         const int64_t count = std::min(k, n);
         std::vector<int32_t> want(static_cast<size_t>(count)), got(want.size(), -9);
-        ref.topk_select(x.data(), n, k, want.data());
-        b->topk_select(x.data(), n, k, got.data());
+        ref.topk_select(x.data(), n, k, want.data(), nullptr, nullptr);
+        b->topk_select(x.data(), n, k, got.data(), nullptr, nullptr);
         EXPECT_EQ(got, want) << b->name << " n " << n << " k " << k;
       }
     }

@@ -1,12 +1,15 @@
 // Indexer dot products across keys (src/kernels/index_score.h): every lane equals the scalar in-order dot
 // product bit for bit (head counts around the 4-head step, ragged key groups, dims with and without a
-// multiple of 8), zero lanes past the keys, and a product whose rounding an fma would skip.
+// multiple of 8), zero lanes past the keys, a product whose rounding an fma would skip; the 16-key head
+// weighting twins against the scalar formula.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/formats.h"
@@ -79,6 +82,58 @@ TEST(IndexScore, ProductsAreRoundedBeforeTheAdd) {
   EXPECT_EQ(dot_in_order(q.data(), k.data(), dim), 0.0f);
   EXPECT_EQ(dots[0], 0.0f);
   EXPECT_EQ(dots[kIndexKeyLanes], 0.0f);
+}
+
+// The head weighting of 16 keys (weigh_heads16_*): the vector twins equal the scalar formula bit for bit. Dots and
+// weights are drawn from values that stress each step: bf16 rounding ties and carries into infinity, -0.0 and NaN
+// through relu, subnormals (which vcvtneps2bf16 would flush), infinities whose products and sums give NaN, and
+// head counts around the cascade's 16-value level and its folds (256, 4096).
+TEST(IndexScore, WeighHeads16TwinsAreTheScalarFormula) {
+  std::vector<std::pair<const char*, WeighHeads16Kernel>> twins{{"avx2", weigh_heads16_avx2}};
+  if (WeighHeads16Kernel k = weigh_heads16_avx512()) twins.emplace_back("avx512", k);
+  const float tie = 1.0f + std::ldexp(1.0f, -8);           // halfway between two bf16 values: rounds to even
+  const float odd_tie = 1.0f + 3.0f * std::ldexp(1.0f, -8);  // the other tie: rounds up
+  const float palette[] = {0.0f,  -0.0f, tie,     -tie,    odd_tie, 3.4e38f, -3.4e38f, 1e-40f, -1e-40f, 1e-45f,
+                           INFINITY, -INFINITY, NAN, 1.0f,  -2.5f,   0.3f};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int heads : {1, 2, 3, 15, 16, 17, 31, 32, 33, 64, 100, 255, 256, 257, 300, 4097}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      std::vector<float> dots(static_cast<size_t>(heads * kIndexKeyLanes)), w(static_cast<size_t>(heads));
+      const bool extremes = trial >= 2;
+      for (float& v : dots) v = extremes && rng() % 4 == 0 ? palette[rng() % std::size(palette)] : normal(rng) * 4.0f;
+      for (float& v : w) v = extremes && rng() % 8 == 0 ? palette[rng() % std::size(palette)] : round_to_bf16(normal(rng));
+      float want[kIndexKeyLanes];
+      weigh_heads16_reference(dots.data(), w.data(), heads, want);
+      for (const auto& [name, twin] : twins) {
+        float got[kIndexKeyLanes];
+        twin(dots.data(), w.data(), heads, got);
+        for (int l = 0; l < kIndexKeyLanes; ++l) {
+          if (std::isnan(want[l]) && std::isnan(got[l])) continue;  // NaN payloads are unspecified
+          EXPECT_TRUE(same_bits(want[l], got[l])) << name << " heads " << heads << " trial " << trial << " lane " << l
+                                                  << ": " << got[l] << " vs " << want[l];
+        }
+      }
+    }
+  }
+}
+
+TEST(IndexScore, WeighHeads16KeepsSignedZeroAndRoundsTies) {
+  // relu(-0.0) stays -0.0 (std::max(-0.0f, 0.0f) is -0.0f), so -0.0 * w > 0 is -0.0, and a sum of only -0.0 terms
+  // from 0.0 is +0.0; a tie rounds to even.
+  const int heads = 2;
+  std::vector<float> dots(static_cast<size_t>(heads * kIndexKeyLanes), -0.0f);
+  dots[1] = 1.0f + std::ldexp(1.0f, -8);  // head 0, lane 1: a tie, rounds down to 1.0
+  const std::vector<float> w = {1.0f, 2.0f};
+  std::vector<std::pair<const char*, WeighHeads16Kernel>> all{{"reference", weigh_heads16_reference},
+                                                             {"avx2", weigh_heads16_avx2}};
+  if (WeighHeads16Kernel k = weigh_heads16_avx512()) all.emplace_back("avx512", k);
+  for (const auto& [name, kernel] : all) {
+    float out[kIndexKeyLanes];
+    kernel(dots.data(), w.data(), heads, out);
+    EXPECT_TRUE(same_bits(out[0], 0.0f)) << name << ": " << out[0];
+    EXPECT_EQ(out[1], 1.0f) << name;
+  }
 }
 
 }  // namespace

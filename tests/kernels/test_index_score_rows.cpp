@@ -1,15 +1,18 @@
 // Indexer scores from stored MXFP4 key rows (kernels/index_score.h IndexScoreRowsArgs): every table's
 // index_scores_rows equals the oracle (rows dequantised + in-order fp32 dots) bit for bit on random shapes, ragged
 // key tails and query counts; also where the exact-integer path must fall back: scales far apart within a row
-// (partial sums past 2^24 ulps), tiny scales (below the normal range), NaN scales, and q that is not MXFP4-shaped.
+// (partial sums past 2^24 ulps: random, flat q at the largest magnitude, and a built sum whose fp32 rounding shows
+// in the bf16 score), tiny scales (below the normal range), NaN scales, and q that is not MXFP4-shaped.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "formats/formats.h"
 #include "formats/quant.h"
 #include "kernels/backend.h"
 #include "kernels/index_score.h"
@@ -130,6 +133,78 @@ TEST(IndexScoreRows, FallbacksKeepTheOracleBits) {
   c.q[5] = 0.7f;
   const std::vector<float> want = run(c, index_scores_rows_reference);
   for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " not MXFP4");
+}
+
+TEST(IndexScoreRows, FlatQueriesCheckTheShiftedBoundSum) {
+  // Every q element at the largest e2m1 magnitude (|iq| = 12): the bound sum of a head (12 * 12 * 128 = 18432) is
+  // too large to skip the per-lane sum of shifted bounds, which then decides between the exact path (close key
+  // scales) and the fallback (scales far apart, shifted sums past 2^24).
+  uint32_t seed = 300;
+  for (const auto& [lo, hi] : {std::pair{124, 127}, std::pair{118, 128}, std::pair{100, 140}}) {
+    for (int64_t keys : {16, 37}) {
+      Case c = make_case(seed++, 2, keys, 8, 128, lo, hi);
+      std::mt19937 rng(seed);
+      for (float& v : c.q) v = (rng() & 1 ? 6.0f : -6.0f) * std::ldexp(1.0f, static_cast<int>(rng() % 3) - 1);
+      // one power of two per block of 32, as MXFP4 stores them
+      for (size_t b = 0; b < c.q.size(); b += 32) {
+        const float scale = std::fabs(c.q[b]) / 6.0f;
+        for (size_t i = b; i < b + 32; ++i) c.q[i] = std::copysign(6.0f * scale, c.q[i]);
+      }
+      const std::vector<float> want = run(c, index_scores_rows_reference);
+      for (const auto& [name, kernel] : kernels()) {
+        expect_same_bits(want, run(c, kernel), name + " flat q, scales " + std::to_string(lo) + ".." + std::to_string(hi));
+      }
+    }
+  }
+}
+
+TEST(IndexScoreRows, PartialSumsPastTwoTo24TakeTheFallback) {
+  // One head, one key, dim 128, in element order: block 0 adds q·k = 1 unit (the smallest exponent), blocks 1-2
+  // (key scales 2^11 larger) add S * 2^11 units, block 3 adds 1 unit again. S * 2^11 is an odd multiple of 2^16 in
+  // [2^24, 2^25), a bf16 tie, so the exact dot (the tie + 2) rounds up to bf16. The reference's in-order fp32 sum
+  // drops the first unit once past 2^24 (a tie at ulp 2, to even) and the second one too, ends on the tie itself and
+  // rounds it to the even bf16 neighbour: below for half the S. The block shifts pass their check (11), so only the
+  // sum of shifted bounds (12 * (13 + 768 + 13) << 11 > 2^24, too large to skip) sends the key to the fallback that
+  // keeps the reference's bits.
+  const int64_t dim = 128;
+  const int ik_code[13] = {0, 1, 2, 3, 4, -1, 5, -1, 6, -1, -1, -1, 7};  // e2m1 code of the value ik / 2
+  int found = 0;
+  for (int64_t odd = 257; odd < 289; odd += 2) {
+    const int64_t target = odd * 32;  // S, so that S * 2^11 = odd * 2^16
+    if (target % 12 != 0) continue;   // S is a sum of products 12 * ik
+    Case c;
+    c.queries = 1;
+    c.keys = 1;
+    c.heads = 1;
+    c.dim = dim;
+    c.q.assign(static_cast<size_t>(dim), 0.0f);
+    c.w = {1.0f};
+    for (int64_t d : {0, 96}) {
+      c.q[static_cast<size_t>(d)] = 0.5f;      // iq 1 (block exponent -1: the block's largest |q| is 6)
+      c.q[static_cast<size_t>(d + 1)] = 6.0f;  // iq 12, against ik 0
+    }
+    for (int64_t d = 32; d < 96; ++d) c.q[static_cast<size_t>(d)] = 6.0f;  // iq 12
+    std::vector<uint8_t> row(static_cast<size_t>(dim / 2 + dim / 32), 0);
+    row[0] = 0x01;   // element 0: ik 1 (code 1), element 1: ik 0
+    row[48] = 0x01;  // element 96: ik 1, element 97: ik 0
+    int64_t left = target;
+    for (int64_t d = 32; d < 96 && left > 0; ++d) {
+      int ik = 12;
+      while (12 * ik > left || ik_code[ik] < 0) --ik;
+      left -= 12 * ik;
+      row[static_cast<size_t>(d / 2)] |= static_cast<uint8_t>(ik_code[ik] << (d % 2 == 0 ? 0 : 4));
+    }
+    ASSERT_EQ(left, 0);
+    const uint8_t scales[4] = {120, 131, 131, 120};
+    std::copy(scales, scales + 4, row.begin() + dim / 2);
+    c.rows = {row};
+    const std::vector<float> want = run(c, index_scores_rows_reference);
+    const float exact = std::ldexp(static_cast<float>(target * 2048 + 2), -9);  // 2^(-1 + 120 - 128) per unit
+    if (round_to_bf16(exact) == want[0]) continue;
+    ++found;
+    for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " S " + std::to_string(target));
+  }
+  EXPECT_GT(found, 0) << "no sum whose fp32 rounding shows in the bf16 score";
 }
 
 TEST(IndexScoreRows, RowsMatchTheFp32KeyEntry) {

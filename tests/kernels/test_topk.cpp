@@ -1,20 +1,26 @@
 // Top-k with the reference's tie rule (src/kernels/topk.h): k largest, ties at the k-th value to the lowest
-// index, +0.0 above -0.0, -inf lowest; the fast selection against the sorted oracle.
+// index, +0.0 above -0.0, -inf lowest; the fast selection against the sorted oracle, single-threaded and split over
+// pools of 1-4 threads (same indices in the same order), on rows long enough to be chunked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
+#include "core/workspace.h"
 #include "kernels/topk.h"
 
 namespace dsflash {
 namespace {
 
-std::vector<int32_t> select(const TopkKernels& k, const std::vector<float>& x, int64_t count) {
+std::vector<int32_t> select(const TopkKernels& k, const std::vector<float>& x, int64_t count,
+                            ThreadPool* pool = nullptr, Arena* scratch = nullptr) {
   std::vector<int32_t> out(static_cast<size_t>(std::min<int64_t>(count, static_cast<int64_t>(x.size()))));
-  k.select(x.data(), static_cast<int64_t>(x.size()), count, out.data());
+  k.select(x.data(), static_cast<int64_t>(x.size()), count, out.data(), pool, scratch);
   return out;
 }
 
@@ -53,6 +59,50 @@ TEST(Topk, BestMatchesReferenceWithManyTies) {
     for (float& v : x) v = palette[rng() % palette.size()];
     const int64_t k = 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(n + 3));
     EXPECT_EQ(select(best_topk(), x, k), select(reference_topk(), x, k)) << "n " << n << " k " << k;
+  }
+}
+
+// Rows of the indexer's lengths (split into one chunk per thread, 131072 values at least each): every pool size gives
+// the oracle's result.
+// Values from a small palette (ties everywhere, so the lowest-index rule decides most picks), and rows whose best
+// values sit in one chunk, at chunk edges or are all -inf but a few (a Reindex row).
+TEST(Topk, ChunkedOverPoolsMatchesReference) {
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  for (int threads : {1, 2, 3, 4}) pools.push_back(std::make_unique<ThreadPool>(threads));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  const std::vector<float> palette{-INFINITY, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, 2.0f, INFINITY};
+  struct Row {
+    const char* what;
+    int64_t n;
+  };
+  for (const Row& row : {Row{"palette", 300007}, Row{"bf16 normals", 524309}, Row{"ascending", 393216},
+                         Row{"sparse", 270000}, Row{"palette short", 40000}}) {
+    const std::string what = row.what;
+    std::vector<float> x(static_cast<size_t>(row.n));
+    for (int64_t i = 0; i < row.n; ++i) {
+      float& v = x[static_cast<size_t>(i)];
+      if (what == "bf16 normals") {
+        v = std::ldexp(std::round(normal(rng) * 8.0f), -3);
+      } else if (what == "ascending") {
+        v = static_cast<float>(i / 7);  // the best at the row's end, in the last chunk
+      } else if (what == "sparse") {
+        v = rng() % 97 == 0 ? static_cast<float>(rng() % 5) : -INFINITY;
+      } else {
+        v = palette[rng() % palette.size()];
+      }
+    }
+    for (int64_t k : {1, 7, 512, 2048, 9000}) {
+      const std::vector<int32_t> want = select(reference_topk(), x, k);
+      EXPECT_EQ(select(best_topk(), x, k), want) << what << " k " << k << " single";
+      for (const auto& pool : pools) {
+        Arena scratch;
+        EXPECT_EQ(select(best_topk(), x, k, pool.get(), &scratch), want)
+            << what << " k " << k << " threads " << pool->num_threads();
+        EXPECT_EQ(select(best_topk(), x, k, pool.get(), nullptr), want)
+            << what << " k " << k << " threads " << pool->num_threads() << " own arena";
+      }
+    }
   }
 }
 
