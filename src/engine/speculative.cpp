@@ -12,14 +12,27 @@ int DraftPolicy::draft_length(const float* confidence, int block) {
     return 0;
   }
   int n = std::min(current_, block);
-  if (!options_.adaptive) return std::max(n, 0);
+  if (!options_.adaptive || n <= 0) return std::max(n, 0);
   for (int i = 0; i < n; ++i) {
     if (confidence != nullptr && confidence[i] < options_.min_confidence) {
       n = i;
       break;
     }
   }
-  return std::max(n, 0);
+  // A block the confidence head cuts to nothing was drafted for nothing: it counts as a miss, or a drafter that
+  // is never confident would draft every step without ever being switched off.
+  if (n == 0 && ++misses_ >= options_.max_misses) switch_off();
+  return n;
+}
+
+void DraftPolicy::switch_off() {
+  // Speculation does not pay here: plain steps, then a re-probe at k = 1; each failed re-probe doubles the gap.
+  off_gap_ = off_gap_ == 0 ? options_.off_steps : std::min(2 * off_gap_, options_.max_off_steps);
+  off_left_ = off_gap_;
+  current_ = 1;
+  measured_ = 0;
+  misses_ = 0;
+  drafted_ = accepted_ = 0;
 }
 
 void DraftPolicy::record(int drafted, int accepted) {
@@ -31,13 +44,10 @@ void DraftPolicy::record(int drafted, int accepted) {
   const bool missing = misses_ >= options_.max_misses;
   if (++measured_ < options_.probe_steps && !missing) return;
   if (missing || static_cast<double>(accepted_) < options_.min_accept_rate * static_cast<double>(drafted_)) {
-    // Speculation does not pay here: plain steps, then a re-probe at k = 1; each failed re-probe doubles the gap.
-    off_gap_ = off_gap_ == 0 ? options_.off_steps : std::min(2 * off_gap_, options_.max_off_steps);
-    off_left_ = off_gap_;
-    current_ = 1;
-  } else {
-    off_gap_ = 0;
+    switch_off();
+    return;
   }
+  off_gap_ = 0;
   measured_ = 0;
   misses_ = 0;
   drafted_ = accepted_ = 0;

@@ -25,7 +25,8 @@ struct DraftPolicyOptions {
   float min_confidence = -4.0f;   // confidence-head logit below which drafting stops (sigmoid ~ 0.018)
   int probe_steps = 8;            // verifications measured before deciding whether speculation pays
   double min_accept_rate = 0.25;  // accepted / drafted below which it turns off
-  int max_misses = 3;             // verifications in a row without an accepted draft that turn it off at once
+  int max_misses = 3;             // verifications in a row without an accepted draft (or blocks the confidence
+                                  // head cuts to nothing) that turn it off at once
   int off_steps = 64;             // plain decode steps after the first failed probe
   int max_off_steps = 4096;       // the gap doubles after every further failed probe, up to this
 };
@@ -46,6 +47,8 @@ class DraftPolicy {
   bool needs_context(int64_t window) const { return off_left_ <= window; }
 
  private:
+  void switch_off();
+
   DraftPolicyOptions options_;
   int current_ = 0;        // draft length now
   int measured_ = 0;       // verifications in the probe window

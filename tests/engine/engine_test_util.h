@@ -70,14 +70,16 @@ inline Status decode_step(const ModelRunner& runner, const std::vector<int32_t>&
 }
 
 // Greedy run: prefill in chunks of `chunk` tokens (0 = one chunk), then `steps` decode steps of batch 1.
-// logits: the last prompt row then one row per step.
+// logits: the last prompt row then one row per step. states (keep_states): a copy of the sequence before every
+// decode step (states[j] has processed the prompt and the first j generated ids).
 struct PlanRun {
   std::vector<int32_t> generated;
   std::vector<float> logits;
+  std::vector<kv::SequenceLease> states;
 };
 
 inline PlanRun plan_greedy(const ModelRunner& runner, const std::vector<int32_t>& prompt, const PrefillOptions& options,
-                           int64_t steps, int64_t chunk = 0) {
+                           int64_t steps, int64_t chunk = 0, bool keep_states = false) {
   PlanRun run;
   auto seq = runner.new_sequence();
   EXPECT_TRUE(seq.ok());
@@ -95,6 +97,11 @@ inline PlanRun plan_greedy(const ModelRunner& runner, const std::vector<int32_t>
   run.generated.push_back(argmax(out.logits.data(), vocab));
   const int64_t floor = replay_start(runner.config(), options, n);
   for (int64_t i = 0; i < steps; ++i) {
+    if (keep_states) {
+      auto copy = runner.fork(**seq);
+      EXPECT_TRUE(copy.ok());
+      if (copy.ok()) run.states.push_back(std::move(*copy));
+    }
     std::vector<float> logits;
     Status s = decode_step(runner, {run.generated.back()}, {seq->get()}, {floor}, &logits);
     EXPECT_TRUE(s.ok()) << s.message();

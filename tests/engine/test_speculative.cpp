@@ -49,38 +49,6 @@ std::unique_ptr<Scheduler> make_scheduler(const std::string& model, SchedulerOpt
   return s.ok() ? std::move(*s) : nullptr;
 }
 
-// A plain greedy run that keeps a copy of its sequence after every decode step: states[j] has processed the prompt
-// and the first j generated ids.
-struct PlainRun {
-  std::vector<int32_t> generated;
-  std::vector<kv::SequenceLease> states;
-};
-
-PlainRun plain_run(const ModelRunner& runner, const std::vector<int32_t>& prompt, const PrefillOptions& options,
-                   int64_t max_new) {
-  PlainRun run;
-  auto seq = runner.new_sequence();
-  EXPECT_TRUE(seq.ok());
-  const int64_t n = static_cast<int64_t>(prompt.size());
-  const int64_t vocab = runner.config().vocab_size;
-  ForwardOutput out;
-  Status s = prefill_chunk(runner, prompt.data(), n, n, **seq, options, LogitsRows::kLast, &out);
-  EXPECT_TRUE(s.ok()) << s.message();
-  run.generated.push_back(argmax(out.logits.data(), vocab));
-  const int64_t floor = replay_start(runner.config(), options, n);
-  while (static_cast<int64_t>(run.generated.size()) < max_new) {
-    auto copy = runner.fork(**seq);
-    EXPECT_TRUE(copy.ok());
-    run.states.push_back(std::move(*copy));
-    std::vector<float> logits;
-    s = decode_step(runner, {run.generated.back()}, {seq->get()}, {floor}, &logits);
-    EXPECT_TRUE(s.ok()) << s.message();
-    if (!s.ok()) break;
-    run.generated.push_back(argmax(logits.data(), vocab));
-  }
-  return run;
-}
-
 struct GreedyCase {
   std::string model;
   PrefillMode mode;
@@ -98,7 +66,7 @@ TEST_P(SpeculativeGreedyTest, IdsAndCachesEqualAPlainRunAfterEveryStep) {
   const int64_t max_new = 25;
   PrefillOptions plan;
   plan.mode = c.mode;
-  const PlainRun plain = plain_run(*runner, prompt, plan, max_new);
+  const PlanRun plain = plan_greedy(*runner, prompt, plan, max_new - 1, 0, /*keep_states=*/true);
   const int n_layers = runner->config().n_layers;
   for (int k : {1, 3, 5}) {
     auto scheduler = make_scheduler(c.model, SchedulerOptions());
@@ -469,6 +437,24 @@ TEST(DraftPolicy, ShrinksOnRejectionGrowsOnAcceptanceTurnsOffAndBacksOff) {
   EXPECT_TRUE(policy.active());
   fail_probe();
   EXPECT_EQ(plain_steps(), 10);
+}
+
+// A drafter that is never confident enough: its blocks are cut to nothing, which counts as misses, so it is
+// switched off instead of drafting every step for nothing.
+TEST(DraftPolicy, BlocksCutToNothingSwitchItOff) {
+  DraftPolicyOptions options;
+  options.max_draft = 3;
+  options.off_steps = 10;
+  DraftPolicy policy(options);
+  const std::vector<float> unsure(5, -20.0f);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(policy.draft_length(unsure.data(), 5), 0);
+  EXPECT_FALSE(policy.active());
+  int plain = 0;
+  while (!policy.active() && plain < 100) {
+    EXPECT_EQ(policy.draft_length(unsure.data(), 5), 0);
+    ++plain;
+  }
+  EXPECT_EQ(plain, 10);
 }
 
 TEST(DraftPolicy, FixedLengthIgnoresConfidenceAndNeverTurnsOff) {
