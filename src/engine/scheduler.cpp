@@ -114,10 +114,8 @@ void Scheduler::forget(RequestId id) {
 }
 
 const SequenceState* Scheduler::sequence(RequestId id) const {
-  for (const auto& r : running_) {
-    if (r->id == id) return r->seq;
-  }
-  return nullptr;
+  const Running* r = find_running(id);
+  return r == nullptr ? nullptr : r->seq;
 }
 
 void Scheduler::finish(RequestId id, FinishReason reason, const std::string& error, std::vector<Event>* events) {
@@ -162,7 +160,6 @@ bool Scheduler::emit(Running& r, SampledToken sampled, const float* row, int64_t
     events->push_back(std::move(event));
   }
   r.next_input = input_of_step(r, static_cast<int64_t>(rec.generated.size()) - 1);
-  if (r.speculation) rec.speculation = r.speculation->stats;
   const FinishReason reason = ending(r, token, static_cast<int64_t>(rec.generated.size()));
   if (reason == FinishReason::kNone) return false;
   finish(r.id, reason, "", events);
@@ -335,6 +332,7 @@ Status Scheduler::step(std::vector<Event>* events) {
     const bool prefilling = rec.status == RequestStatus::kPrefilling;
     if (prefilling && budget == 0) continue;
     int64_t rows = 1;
+    if (r->speculation) r->speculation->verifying = 0;
     if (prefilling) {
       rows = std::min(budget, static_cast<int64_t>(r->prefill_tokens.size()) - rec.prompt_done);
     } else if (r->speculation) {
@@ -377,7 +375,7 @@ Status Scheduler::step(std::vector<Event>* events) {
   s = forward(weights_, batch, ctx_, &out);  // every segment's KV was reserved above
   if (!s.ok()) {
     for (Running* r : rows_of) {
-      if (r->speculation && !r->speculation->snapshot.empty()) r->speculation->snapshot.disarm(*r->seq);
+      if (r->speculation && r->speculation->verifying > 0) r->speculation->snapshot.disarm(*r->seq);
       finish(r->id, FinishReason::kError, s.message(), events);
     }
     return s.with_context("step");
@@ -433,7 +431,7 @@ Status Scheduler::step(std::vector<Event>* events) {
   return Status::Ok();
 }
 
-Scheduler::Running* Scheduler::find_running(RequestId id) {
+Scheduler::Running* Scheduler::find_running(RequestId id) const {
   for (auto& candidate : running_) {
     if (candidate->id == id) return candidate.get();
   }
@@ -474,6 +472,7 @@ int64_t Scheduler::verify(Running& r, const ForwardOutput& out, size_t first_row
   spec.stats.draft_tokens += k;
   spec.stats.accepted_tokens += accepted;
   spec.policy.record(k, accepted);
+  records_[r.id].speculation = spec.stats;
   last_step_.draft_tokens += k;
   last_step_.accepted_tokens += accepted;
   const RequestId id = r.id;

@@ -202,7 +202,7 @@ class Scheduler {
   // segment_rows[i]: the kept rows of batch segment i (-1: not a speculating segment, or finished).
   void draft_next(const ForwardBatch& batch, const ForwardOutput& out, const std::vector<RequestId>& ids,
                   const std::vector<int64_t>& segment_rows, std::vector<Event>* events);
-  Running* find_running(RequestId id);
+  Running* find_running(RequestId id) const;
   void finish(RequestId id, FinishReason reason, const std::string& error, std::vector<Event>* events);
 
   const ModelWeights& weights_;

@@ -80,7 +80,7 @@ struct Speculation {
   std::vector<float> confidence;    // [block] confidence-head logits of the drafts
   std::vector<double> draft_probs;  // [block, vocab] q each draft was drawn from (sampled requests only)
   kv::SequenceSnapshot snapshot;    // armed while a verification is in flight
-  int verifying = 0;                // drafts in this step's rows
+  int verifying = 0;                // drafts in this step's rows (> 0: the snapshot is armed for them)
   SpeculativeStats stats;
 };
 
