@@ -28,7 +28,8 @@ namespace {
 
 constexpr int64_t kMinCycledBytes = int64_t{256} << 20;  // 8x the L3
 
-enum class Format { kFp8, kFp4, kBf16 };
+// kBf16 takes bf16 activations (the bf16 F.linear case); kBf16Fp32x genuine fp32 ones (the "fp32" linears).
+enum class Format { kFp8, kFp4, kBf16, kBf16Fp32x };
 
 struct LinearShape {
   const char* name;
@@ -43,6 +44,8 @@ const LinearShape kShapes[] = {
     {"w1_mxfp4", Format::kFp4, 2304, 5120},    // routed expert gate/up
     {"w2_mxfp4", Format::kFp4, 5120, 2304},    // routed expert down
     {"head_bf16", Format::kBf16, 16384, 5120},  // a 16K-row slice of the 129,280-row head
+    {"wo_a_bf16", Format::kBf16, 1024, 4096},   // one of the 8 output groups (64 heads x 512 / 8 -> 1024)
+    {"head_bf16_fp32x", Format::kBf16Fp32x, 16384, 5120},  // the head slice with fp32 activations
 };
 
 uint64_t next_random(uint64_t& s) {
@@ -71,7 +74,8 @@ int64_t weight_bytes(const LinearShape& s) {
   switch (s.format) {
     case Format::kFp8: return s.out * s.in + ((s.out + 31) / 32) * (s.in / 32);
     case Format::kFp4: return s.out * s.in / 2 + s.out * (s.in / 32);
-    case Format::kBf16: return s.out * s.in * 2;
+    case Format::kBf16:
+    case Format::kBf16Fp32x: return s.out * s.in * 2;
   }
   return 0;
 }
@@ -106,7 +110,7 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   const int copies = static_cast<int>(std::max<int64_t>(2, (kMinCycledBytes + bytes - 1) / bytes));
   std::vector<WeightCopy> w(static_cast<size_t>(copies));
   for (int c = 0; c < copies; ++c) {
-    if (shape.format == Format::kBf16) {
+    if (shape.format == Format::kBf16 || shape.format == Format::kBf16Fp32x) {
       w[c].data.resize(static_cast<size_t>(shape.out * shape.in * 2));
       fill_random(w[c].data.data(), w[c].data.size(), 1000 + c, 0xff);
       // Keep bf16 values finite and moderate: clear the top exponent bit of every high byte.
@@ -124,6 +128,8 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   fill_random(x_codes.data(), x_codes.size(), 7, 0x77);
   std::vector<float> x_f32(static_cast<size_t>(rows * shape.in));
   for (size_t i = 0; i < x_f32.size(); ++i) x_f32[i] = static_cast<float>(static_cast<int>(x_codes[i] % 17) - 8) * 0.125f;
+  if (shape.format == Format::kBf16Fp32x)  // not bf16 values: a bit below bf16 precision set in every one
+    for (float& v : x_f32) v = v * (1.0f + 0x1p-20f) + 0x1p-20f;
   std::vector<float> y(static_cast<size_t>(rows * shape.out));
   const Fp8Activations x{x_codes.data(), x_scales.data(), rows, shape.in};
 
@@ -135,7 +141,8 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
       case Format::kFp4:
         kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in}, y.data(), &pool);
         break;
-      case Format::kBf16: {
+      case Format::kBf16:
+      case Format::kBf16Fp32x: {
         const uint16_t* d = reinterpret_cast<const uint16_t*>(wc.data.data());
         kernels->bf16_gemm(x_f32.data(), rows, Bf16Weight{d, shape.out, shape.in}, y.data(), &pool);
         break;

@@ -1,5 +1,5 @@
-// AVX-512 linear kernels (F/BW/VL/DQ + BF16 + VBMI), compiled per function with target attributes so
-// the rest of the binary stays x86-64-v3.
+// AVX-512 FP8 / MXFP4 linear kernels (F/BW/VL/DQ + BF16 + VBMI), compiled per function with target attributes
+// so the rest of the binary stays x86-64-v3. The BF16 linear of this table is in linear_avx512_bf16.cpp.
 //
 // FP8 / FP4 (spec/MODEL.md §4.9): e4m3 and e2m1 values are exact in bf16 and their products are exact in
 // fp32, so `vdpbf16ps` forms each 32-K block's partial exactly whenever the fp32 sum is exact (almost
@@ -39,8 +39,6 @@ namespace {
 constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
 constexpr int kChunkPairs = 16;   // block pairs per chunk of weight scales
 constexpr int64_t kPrefetchPairs = 8;  // FP8: 8 pairs x 16 rows x 64 B = 8 KB ahead (FP4: twice the pairs)
-constexpr int64_t kBf16Span = 512;     // bf16 K elements per inner loop span
-constexpr int64_t kBf16PrefetchElements = 2048;  // bf16: 4 rows x 4 KB ahead in the walk order
 
 // bf16 bits of the e4m3 magnitudes 0..127 split into low and high bytes (vpermt2b looks up 128 entries);
 // the sign bit is ORed into the high byte. bf16 bits of the 16 e2m1 codes for vpermw.
@@ -755,85 +753,6 @@ void fp8_gemm_avx512(const Fp8Activations& x, const Fp8Weight& w, float* y, Thre
 
 void fp4_gemm_avx512(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
   run_block_gemm<true>(x, w.packed, w.scales, w.out, w.in, y, pool);
-}
-
-// BF16: y[r][o] = Σ_k x[r][k] * w[o][k] in fp32 FMAs, 16 lanes per (row, output), then one horizontal sum.
-// A tile is 4 outputs x RT rows (4*RT accumulators); weights are widened once per tile step.
-// `next`: when not null, the next group's first row. Row j prefetches kBf16PrefetchElements ahead of kk in
-// its own row, or past the row's end at the same distance into the next group's row j.
-template <int RT>
-DSFLASH_AVX512 void bf16_tile(const float* x, int64_t k, const uint16_t* w, const int64_t* o, int n_out,
-                              int64_t out, float* y, const uint16_t* next) {
-  const uint16_t* rows[4];
-  for (int j = 0; j < 4; ++j) rows[j] = w + o[j] * k;
-  // Accumulators stay in registers: no lambda or pointer may capture them (__m512 aliases float).
-  __m512 acc[RT][4];
-  for (int r = 0; r < RT; ++r)
-    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  // K in spans of kBf16Span: the prefetches for a span are issued before its loop, and the loop uses only
-  // plain loads, so that GCC keeps the accumulators in registers (a prefetch or a masked-load builtin in
-  // the loop makes it store them to the stack every iteration).
-  const int64_t k_full = k - k % 16;
-  for (int64_t k0 = 0; k0 < k_full; k0 += kBf16Span) {
-    const int64_t k1 = std::min(k_full, k0 + kBf16Span);
-    for (int64_t kk = k0; kk < k1; kk += 16) {
-      if (next && kk % 32 == 0) {
-        const int64_t target = kk + kBf16PrefetchElements;  // prefetching never faults, even past the end
-        for (int j = 0; j < 4; ++j) {
-          const uint16_t* a = target < k ? rows[j] + target : next + j * k + (target - k);
-          _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
-        }
-      }
-      __m512 wv[4];
-      for (int j = 0; j < 4; ++j)
-        wv[j] = _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + kk))), 16));
-      for (int r = 0; r < RT; ++r) {
-        const __m512 xv = _mm512_loadu_ps(x + r * k + kk);
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(xv, wv[j], acc[r][j]);
-      }
-    }
-  }
-  if (k_full < k) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (k - k_full)) - 1);
-    __m512 wv[4];
-    for (int j = 0; j < 4; ++j)
-      wv[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, rows[j] + k_full)), 16));
-    for (int r = 0; r < RT; ++r) {
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + r * k + k_full);
-      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(xv, wv[j], acc[r][j]);
-    }
-  }
-  for (int r = 0; r < RT; ++r)
-    for (int j = 0; j < 4; ++j) {
-      const float total = _mm512_reduce_add_ps(acc[r][j]);  // constant indices keep acc in registers
-      if (j < n_out) y[r * out + o[j]] = total;
-    }
-}
-
-DSFLASH_AVX512 void bf16_groups(const float* x, int64_t rows, const Bf16Weight& w, float* y, int64_t g0, int64_t g1) {
-  for (int64_t g = g0; g < g1; ++g) {
-    int64_t o[4];
-    const int n_out = static_cast<int>(std::min<int64_t>(4, w.out - 4 * g));
-    for (int j = 0; j < 4; ++j) o[j] = 4 * g + std::min(j, n_out - 1);
-    // Short rows end before the hardware prefetchers ramp up, so the walk prefetches ahead of itself, into
-    // the next group of this range at the end of a row; only the first row tile reads from memory.
-    const uint16_t* ahead = g + 1 < g1 ? w.data + 4 * (g + 1) * w.in : nullptr;
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4, ahead = nullptr)
-      bf16_tile<4>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out, ahead);
-    switch (rows - r) {
-      case 3: bf16_tile<3>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out, ahead); break;
-      case 2: bf16_tile<2>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out, ahead); break;
-      case 1: bf16_tile<1>(x + r * w.in, w.in, w.data, o, n_out, w.out, y + r * w.out, ahead); break;
-      default: break;
-    }
-  }
-}
-
-void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool) {
-  run_bf16_gemm(x, rows, w, y, pool, [](const float* xs, int64_t n, const Bf16Weight& wt, float* ys, int64_t g0,
-                                        int64_t g1) { bf16_groups(xs, n, wt, ys, g0, g1); });
 }
 
 }  // namespace

@@ -15,6 +15,10 @@ const LinearKernels* avx2_kernels();
 // AVX-512 F/BW/VL/DQ + BF16 + VBMI (Zen 4/5, Sapphire Rapids and later). nullptr when absent.
 const LinearKernels* avx512_kernels();
 
+// The AVX-512 BF16 linear (linear_avx512_bf16.cpp): vdpbf16ps when every activation is a bf16 value, fp32 FMAs
+// otherwise. Call only where avx512_kernels() is not nullptr.
+void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
+
 // Every table this CPU runs, fastest first (always ends with the reference).
 std::vector<const LinearKernels*> available_kernels();
 

@@ -100,7 +100,9 @@ TEST(LinearFast, Bf16MatchesReference) {
   ThreadPool pool(2);
   const Shape shapes[] = {{1, 1, 1},   {1, 5, 7},    {2, 9, 15},     {3, 4, 16},   {4, 13, 17},
                           {5, 3, 100}, {7, 33, 513}, {16, 21, 1280}, {17, 6, 33}, {1, 130, 5120},
-                          {40, 300, 64}};
+                          {40, 300, 64},
+                          // more rows than one L2 row block holds at this K (several blocks, a ragged last one)
+                          {70, 9, 4100}};
   for (const LinearKernels* k : fast_kernels()) {
     std::mt19937 rng(13);
     for (const Shape& s : shapes)
@@ -119,6 +121,24 @@ TEST(LinearFast, Bf16MatchesReference) {
                 << k->name << " rows " << s.rows << " out " << s.out << " in " << s.in << " at " << r << "," << o;
           }
       }
+  }
+}
+
+// A bf16 subnormal activation is a value like any other (the reference's FMA keeps it): a path that multiplies
+// bf16 pairs in hardware which flushes subnormal inputs to zero must not be taken for it.
+TEST(LinearFast, Bf16KeepsSubnormalActivations) {
+  const int64_t in = 96, out = 5;
+  std::vector<float> x(static_cast<size_t>(in), 0.0f);
+  x[37] = bf16_to_f32(0x0003);  // 3 * 2^-133, a bf16 subnormal
+  std::vector<uint16_t> w(static_cast<size_t>(out * in), 0x3f80);  // 1.0
+  for (int64_t o = 0; o < out; ++o) w[static_cast<size_t>(o * in + 37)] = 0x7300;  // 2^103
+  const Bf16Weight view{w.data(), out, in};
+  std::vector<float> ref(out), fast(out);
+  reference_linear_kernels().bf16_gemm(x.data(), 1, view, ref.data(), nullptr);
+  ASSERT_EQ(ref[0], 3.0f * 0x1p-30f);
+  for (const LinearKernels* k : fast_kernels()) {
+    k->bf16_gemm(x.data(), 1, view, fast.data(), nullptr);
+    EXPECT_EQ(fast, ref) << k->name;
   }
 }
 
