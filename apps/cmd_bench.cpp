@@ -4,6 +4,8 @@
 //                         full forward, and their cost ratio (default time / exact time, same prompt);
 //   tgN bB @ dD           decode tokens/s of B sequences decoding together at context depth D (B * N / time), D the
 //                         smallest --depth;
+//   tg bB / roofline      those steps against their roofline, max(weight bytes touched / read bandwidth, matmul
+//                         FLOPs / dot peak), both limits measured in this run (decode_roofline_fraction_batchB);
 //   global KV             bytes per token the engine reserved (kv pages, whole blocks) for the longest prompt
 //                         (prompt + the one generated id), and what reserving a --reserve-context context allocates;
 //   decode step @ D       one batch-1 decode step at each --depth D (decode_step_ms_by_depth in --json), its ratio
@@ -432,6 +434,12 @@ int run_bench(const BenchOptions& o) {
   if (o.prefix_cache || only_speculative) depths.clear();
   if (!depths.empty()) {
     const int64_t depth = depths.front();
+    // The two limits of a decode step, measured now in this process: the step's roofline is
+    // max(weight bytes touched / read bandwidth, matmul FLOPs / dot peak).
+    const ComputePeak peak = (*engine)->measure_compute_peak();
+    const ReadBandwidth read = (*engine)->measure_read_bandwidth();
+    j["read_gbps"] = read.gbps;
+    j["peak_gflops"] = peak.gflops;
     for (int64_t batch : o.batches) {
       // One run decoding every repetition's tokens; its pure decode steps split into repetitions of -n steps.
       auto steps = bench.decode_steps(depth, batch, o.decode_tokens * o.repetitions);
@@ -449,6 +457,32 @@ int run_bench(const BenchOptions& o) {
                       fmt(d)});
       j["decode"][std::to_string(depth)][std::to_string(batch)] = {{"tps", d.mean}, {"tps_sd", d.sd}};
       j["decode_tps_batch" + std::to_string(batch)] = d.mean;
+      // Roofline of these steps: bytes = the dense weights once + every distinct routed expert the step ran once
+      // (counted by the MoE layers, StepRecord::routed_expert_bytes); FLOPs = 2 x batch x activated decode
+      // parameters (matmuls only). Fraction = roofline time / measured step time.
+      if (steps->empty()) continue;
+      double routed = 0, step_s = 0;
+      for (const StepRecord& s : *steps) {
+        routed += static_cast<double>(s.routed_expert_bytes);
+        step_s += s.seconds;
+      }
+      routed /= static_cast<double>(steps->size());
+      step_s /= static_cast<double>(steps->size());
+      const double bytes = static_cast<double>(info.decode_weight_bytes - info.decode_routed_bytes) + routed;
+      const double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(info.activated_params_decode);
+      const double bytes_s = bytes / (read.gbps * 1e9), flops_s = flops / (peak.gflops * 1e9);
+      const double roofline_s = std::max(bytes_s, flops_s);
+      const double fraction = roofline_s / step_s;
+      char text[240];
+      std::snprintf(text, sizeof(text),
+                    "%.3f (step %.1f ms; roofline %.1f ms = max(%.2f GB / %.1f GB/s, %.1f GFLOP / %.1f GFLOP/s))",
+                    fraction, step_s * 1e3, roofline_s * 1e3, bytes * 1e-9, read.gbps, flops * 1e-9, peak.gflops);
+      rows.push_back({"tg b" + std::to_string(batch) + " / roofline", text});
+      j["decode"][std::to_string(depth)][std::to_string(batch)]["roofline_fraction"] = fraction;
+      j["decode"][std::to_string(depth)][std::to_string(batch)]["step_ms"] = step_s * 1e3;
+      j["decode"][std::to_string(depth)][std::to_string(batch)]["weight_bytes"] = bytes;
+      j["decode"][std::to_string(depth)][std::to_string(batch)]["flops"] = flops;
+      j["decode_roofline_fraction_batch" + std::to_string(batch)] = fraction;
     }
     j["decode_depth"] = depth;
   }

@@ -190,6 +190,7 @@ struct ModelInfo {
   int64_t parameters = 0;            // from the config (all experts)
   int64_t checkpoint_bytes = 0;      // *.safetensors files
   int64_t decode_weight_bytes = 0;   // weight bytes one decode step reads
+  int64_t decode_routed_bytes = 0;   // of which routed experts' (top-k per layer; StepRecord::routed_expert_bytes)
   std::string kernels;               // linear kernel table in use ("reference", "avx2", ...)
   int num_threads = 1;
   bool has_tokenizer = false;
@@ -213,6 +214,13 @@ struct ComputePeak {
   std::string kernel;  // which instruction was timed ("avx512bf16 vdpbf16ps", or an fp32 FMA fallback)
 };
 
+// The machine's memory read bandwidth, measured on the engine's worker threads over a buffer far larger than the
+// caches (the limit of a memory-bound step, printed next to it).
+struct ReadBandwidth {
+  double gbps = 0.0;
+  int64_t bytes = 0;  // bytes read per timed pass
+};
+
 // One step of the loop thread (for benchmarks): what it computed and how long it took.
 struct StepRecord {
   int64_t prefill_tokens = 0;  // prompt tokens computed
@@ -223,6 +231,9 @@ struct StepRecord {
   double seconds = 0.0;        // wall time of the step
   // profile_steps: wall ns by phase: [other, linear, indexer, attention] (see LoadOptions::profile_steps)
   int64_t phase_ns[4] = {};
+  // profile_steps: weight bytes of the distinct routed experts the step ran (each read once per step), so the
+  // step's weight bytes are decode_weight_bytes - decode_routed_bytes + this (ModelInfo).
+  int64_t routed_expert_bytes = 0;
 };
 inline constexpr const char* kStepPhaseNames[4] = {"other", "linear", "indexer", "attention"};
 
@@ -273,6 +284,7 @@ class Engine {
   // Times the dot-product peak now (about `seconds`, on the worker threads the steps use: call it between
   // requests, or it competes with them).
   ComputePeak measure_compute_peak(double seconds = 0.25) const;
+  ReadBandwidth measure_read_bandwidth(int64_t bytes = int64_t{512} << 20) const;
 
   struct Impl;
 

@@ -155,6 +155,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
     if (entry.path().extension() == ".safetensors") info.checkpoint_bytes += static_cast<int64_t>(entry.file_size());
   }
   info.decode_weight_bytes = impl->runner->weights().decode_weight_bytes();
+  info.decode_routed_bytes = impl->runner->weights().decode_routed_bytes();
   info.kernels = impl->runner->context().backend->name;
   info.num_threads = impl->runner->context().pool != nullptr ? impl->runner->context().pool->num_threads() : 1;
   info.has_tokenizer = impl->tokenizer.has_value();
@@ -201,6 +202,11 @@ int64_t Engine::global_kv_bytes_for_positions(int64_t positions) const {
 ComputePeak Engine::measure_compute_peak(double seconds) const {
   const DotPeak peak = measure_dot_peak(impl_->runner->context().pool, seconds);
   return ComputePeak{peak.gflops, peak.kernel};
+}
+
+ReadBandwidth Engine::measure_read_bandwidth(int64_t bytes) const {
+  const ReadPeak read = dsflash::measure_read_bandwidth(impl_->runner->context().pool, bytes);
+  return ReadBandwidth{read.gbps, read.bytes};
 }
 
 std::vector<StepRecord> Engine::take_step_records() {
@@ -473,6 +479,7 @@ void Engine::Impl::run_step() {
   if (options.profile_steps) {
     profile.flush();
     for (int p = 0; p < kNumProfilePhases; ++p) record.phase_ns[p] = profile.ns[p];
+    record.routed_expert_bytes = profile.routed_expert_bytes;
   }
   {
     std::lock_guard<std::mutex> lock(mutex);

@@ -47,7 +47,66 @@ bool has_bf16_dot() { return __builtin_cpu_supports("avx512bf16") && __builtin_c
 const char* kBf16Kernel = "avx512bf16 vdpbf16ps";
 const char* kFmaKernel = "avx2 fp32 fma";
 
+// Sum of the buffer's 64-bit words (a value the compiler must compute, so every load stays).
+__attribute__((target("avx2"))) uint64_t sum_words(const uint64_t* data, int64_t words) {
+  __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  int64_t i = 0;
+  for (; i + 16 <= words; i += 16)
+    for (int c = 0; c < 4; ++c)
+      acc[c] = _mm256_add_epi64(acc[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i + 4 * c)));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                     _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3])));
+  uint64_t total = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  for (; i < words; ++i) total += data[i];
+  return total;
+}
+
 }  // namespace
+
+ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
+  ReadPeak peak;
+  const int64_t words = std::max<int64_t>(16, bytes / 8 / 16 * 16);  // whole 128-byte steps
+  peak.bytes = words * 8;
+  std::vector<uint64_t> buffer(static_cast<size_t>(words));
+  // Written once by the threads that read it (first touch places the pages where they are read).
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  auto share = [&](int64_t t, int64_t* begin, int64_t* end) {
+    const int64_t per = (words / threads + 15) / 16 * 16;
+    *begin = std::min(words, t * per);
+    *end = t + 1 == threads ? words : std::min(words, (t + 1) * per);
+  };
+  auto over_threads = [&](auto fn) {
+    if (pool != nullptr) {
+      pool->parallel_for(threads, [&](int64_t b, int64_t e, int) {
+        for (int64_t t = b; t < e; ++t) fn(t);
+      });
+    } else {
+      fn(0);
+    }
+  };
+  over_threads([&](int64_t t) {
+    int64_t begin, end;
+    share(t, &begin, &end);
+    for (int64_t i = begin; i < end; ++i) buffer[static_cast<size_t>(i)] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+  });
+  std::vector<uint64_t> sinks(static_cast<size_t>(threads) * 8, 0);
+  using Clock = std::chrono::steady_clock;
+  peak.seconds = 1e30;
+  for (int pass = 0; pass < std::max(passes, 1); ++pass) {
+    const auto t0 = Clock::now();
+    over_threads([&](int64_t t) {
+      int64_t begin, end;
+      share(t, &begin, &end);
+      sinks[static_cast<size_t>(t) * 8] += sum_words(buffer.data() + begin, end - begin);
+    });
+    peak.seconds = std::min(peak.seconds, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  volatile uint64_t sink = 0;
+  for (uint64_t v : sinks) sink = sink + v;
+  peak.gbps = static_cast<double>(peak.bytes) / peak.seconds * 1e-9;
+  return peak;
+}
 
 int64_t dot_probe_flops(const std::string& kernel, int64_t iterations) {
   const int64_t per_instruction = kernel == kBf16Kernel ? 64 : 16;

@@ -23,6 +23,17 @@ struct DotPeak {
 // Runs for about `seconds` on every thread of `pool` (null: the calling thread only).
 DotPeak measure_dot_peak(ThreadPool* pool, double seconds = 0.25);
 
+// The machine's memory read bandwidth, measured now: every thread of `pool` sums its contiguous share of a
+// `bytes`-long buffer (far larger than the caches) with 256-bit loads, `passes` times; the best pass counts
+// (other load on a shared machine only ever slows a pass). The roofline of a memory-bound step is its weight
+// bytes over this rate.
+struct ReadPeak {
+  double gbps = 0.0;      // bytes / second / 1e9, all threads together
+  int64_t bytes = 0;      // bytes read per pass
+  double seconds = 0.0;   // the best pass
+};
+ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes = int64_t{512} << 20, int passes = 3);
+
 // FLOPs of one call of the probe's inner loop of `iterations` rounds for `kernel` (what measure_dot_peak counts).
 int64_t dot_probe_flops(const std::string& kernel, int64_t iterations);
 

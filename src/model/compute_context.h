@@ -12,7 +12,7 @@ namespace dsflash {
 
 class ThreadPool;
 
-// Optional wall-clock split of a forward call (`dsflash bench --breakdown`), by phase. Phases are exclusive:
+// Optional wall-clock split of a forward call (`dsflash bench`), by phase, and the routed expert bytes it read. Phases are exclusive:
 // a phase opened inside another (the indexer's projections inside the indexer) charges its time to itself and
 // the time is not counted twice. Time outside every opened phase goes to kOther. Only the calling thread opens
 // phases (the pool's workers run inside them), so no locking. Numerics are untouched.
@@ -26,6 +26,9 @@ inline constexpr int kNumProfilePhases = 4;
 
 struct StepProfile {
   int64_t ns[kNumProfilePhases] = {};
+  // Weight bytes of the distinct routed experts the step's MoE layers ran (each expert's weights are read once
+  // per step however many rows it gets): what a batched step touches beyond the dense weights.
+  int64_t routed_expert_bytes = 0;
   // Bookkeeping of the open phase (ProfileScope).
   ProfilePhase current = ProfilePhase::kOther;
   std::chrono::steady_clock::time_point mark = std::chrono::steady_clock::now();
@@ -44,6 +47,7 @@ struct StepProfile {
   // Zero the sums; the time until the next phase change is charged to kOther.
   void reset() {
     for (int64_t& v : ns) v = 0;
+    routed_expert_bytes = 0;
     current = ProfilePhase::kOther;
     mark = std::chrono::steady_clock::now();
   }

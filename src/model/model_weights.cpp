@@ -139,6 +139,7 @@ Result<std::unique_ptr<ModelWeights>> ModelWeights::bind(const Checkpoint& check
     const int64_t engram_row_bytes = engram_rows * (config.engram_head_dim + config.engram_head_dim / 32);
     bytes += 2 * static_cast<int64_t>(mix) * hc_dim * 4 + w.blocks_.back().moe->weight_bytes_per_token() +
              attention_and_engram_bytes(checkpoint, layer, engram_row_bytes);
+    w.decode_routed_bytes_ += w.blocks_.back().moe->routed_bytes_per_token();
   }
   w.decode_weight_bytes_ = bytes;
   return weights;

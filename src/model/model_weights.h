@@ -54,6 +54,9 @@ class ModelWeights {
   // Bytes of weights one decode step reads (embedding row, hc, norms, attention, gate + routed top-k + shared
   // expert, head); attention counted by its tensor sizes.
   int64_t decode_weight_bytes() const { return decode_weight_bytes_; }
+  // Of those, the routed experts' (top-k per layer): a batched step reads the dense rest once and each distinct
+  // routed expert once (StepProfile::routed_expert_bytes).
+  int64_t decode_routed_bytes() const { return decode_routed_bytes_; }
 
  private:
   ModelConfig config_;
@@ -64,6 +67,7 @@ class ModelWeights {
   std::vector<BlockWeights> blocks_;
   std::optional<NgramHasher> hasher_;
   int64_t decode_weight_bytes_ = 0;
+  int64_t decode_routed_bytes_ = 0;
 };
 
 }  // namespace dsflash

@@ -255,6 +255,7 @@ void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext&
   for (size_t e = 0; e < num_experts; ++e) {
     const auto begin = static_cast<size_t>(first[e]), end = static_cast<size_t>(first[e + 1]);
     if (begin == end) continue;
+    if (ctx.profile != nullptr) ctx.profile->routed_expert_bytes += expert_bytes(experts_[e], dim_, inter_dim_);
     run_expert(experts_[e], codes.data(), scales.data(), std::span<const int64_t>(rows).subspan(begin, end - begin),
                std::span<const float>(row_weights).subspan(begin, end - begin), true, ctx, y.data());
   }
@@ -264,9 +265,13 @@ void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext&
   for (int64_t i = 0; i < num_tokens * dim_; ++i) out[i] = round_to_bf16(y[static_cast<size_t>(i)]);
 }
 
+int64_t MoeLayer::routed_bytes_per_token() const {
+  return experts_.empty() ? 0 : top_k_ * expert_bytes(experts_.front(), dim_, inter_dim_);
+}
+
 int64_t MoeLayer::weight_bytes_per_token() const {
   int64_t bytes = gate_.out * gate_.in * 2 + gate_.out * 4;
-  if (!experts_.empty()) bytes += top_k_ * expert_bytes(experts_.front(), dim_, inter_dim_);
+  bytes += routed_bytes_per_token();
   bytes += expert_bytes(shared_, dim_, inter_dim_);
   return bytes;
 }

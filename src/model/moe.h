@@ -51,6 +51,8 @@ class MoeLayer {
   int top_k() const { return top_k_; }
   // Bytes of weights one token touches: gate + k routed experts + shared expert (decode benchmark).
   int64_t weight_bytes_per_token() const;
+  // Of those, the k routed experts' bytes (what a step of several tokens may read more than once over).
+  int64_t routed_bytes_per_token() const;
 
  private:
   // Adds w_e * expert(x rows) for one expert into y; rows are the token indices routed to it.
