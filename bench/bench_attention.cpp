@@ -77,6 +77,11 @@ BENCHMARK(BM_SparseAttentionBest)
     ->Args({128, 1})
     ->Args({128, 2})
     ->Unit(benchmark::kMillisecond);
+// The AVX2 table (what CPUs without AVX-512 run) on the same shapes.
+void BM_SparseAttentionAvx2(benchmark::State& s) {
+  run_sparse(s, avx2_sparse_attention(), s.range(0), static_cast<int>(s.range(1)));
+}
+BENCHMARK(BM_SparseAttentionAvx2)->Args({1, 1})->Args({128, 1})->Unit(benchmark::kMillisecond);
 
 // Indexer q·k for one query against a block of 256 dequantised keys (64 index heads x 128): the reference's
 // in-order scalar dot per (key, head) vs 16 keys in the vector lanes (same bits, kernels/index_score.h),

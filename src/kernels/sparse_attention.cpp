@@ -121,6 +121,29 @@ inline __m256 round_bf16_x8(__m256 x) {
   return _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet_nan), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+// max(s[0..count)) for the block's online-softmax step, in 8 lanes. Differs from the oracle's in-order
+// std::max chain only in the sign of a zero maximum (NaN scores are skipped by both), and a zero's sign never
+// reaches an output: it only enters differences whose exp is then exp(±0) = 1 on both exp paths.
+float block_max(const float* s, int64_t count) {
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= count; j += 8) m = _mm256_max_ps(_mm256_loadu_ps(s + j), m);  // a NaN score keeps m
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float result = lanes[0];
+  for (int l = 1; l < 8; ++l) result = std::max(result, lanes[l]);
+  for (; j < count; ++j) result = std::max(result, s[j]);
+  return result;
+}
+
+// out[d] = bf16(num[d] / den) for d < dim (IEEE division, then round_bf16_x8 on 8 lanes).
+void divide_round(const float* num, float den, int64_t dim, float* out) {
+  const __m256 divisor = _mm256_set1_ps(den);
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8) _mm256_storeu_ps(out + d, round_bf16_x8(_mm256_div_ps(_mm256_loadu_ps(num + d), divisor)));
+  for (; d < dim; ++d) out[d] = round_to_bf16(num[d] / den);
+}
+
 // probs[j] = torch_exp_element(s[j] - next_max, index0 + j, total) for j < count (count <= 64): the indices in
 // the whole vector chunks of the [heads, count] tensor through sleef_expf_u10_x8, the tensor's tail std::exp.
 void block_exp(const float* s, float next_max, int64_t count, int64_t index0, int64_t total, float* probs) {
@@ -195,76 +218,90 @@ void pv_block_avx2(const PvBlock& b, int64_t dim, float* num, int64_t num_stride
   }
 }
 
-// Scores of up to 16 heads against the list, the heads in the vector lanes: q_t [dim][16] (the group's
-// queries transposed, zero lanes past the group), scores [lanes][num_entries] (lanes <= 16 heads of the group).
-// Each lane runs dot_in_order's sequence (mul, then add, in d order from 0.0f), so the scores are the oracle's
-// bits. Present rows go 8 at a time; the last pass repeats a row to fill its 8 (results dropped).
-void score_head_group(const FastPaths& paths, const float* q_t, int lanes, const float* const* rows,
-                      int64_t num_entries, int64_t dim, float scale, float* scores) {
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  int64_t present[kScoreRows];
-  for (int64_t j = 0; j < num_entries;) {
-    int n = 0;
-    for (; j < num_entries && n < kScoreRows; ++j) {
-      if (rows[j] == nullptr) {
-        for (int l = 0; l < lanes; ++l) scores[l * num_entries + j] = neg_inf;
-      } else {
-        present[n++] = j;
-      }
-    }
-    if (n == 0) break;
-    float acc[kScoreRows][kHeadLanes];
-    const float* r[kScoreRows];
-    for (int i = 0; i < kScoreRows; ++i) r[i] = rows[present[std::min(i, n - 1)]];
-    paths.score_rows(q_t, r, dim, acc);
-    for (int i = 0; i < n; ++i) {
-      for (int l = 0; l < lanes; ++l) scores[l * num_entries + present[i]] = acc[i][l] * scale;
-    }
+// Visits the items [begin, end) of a (query, group) item space, `groups` per query, one query at a time:
+// fn(query, first group, end group).
+template <class Fn>
+void for_each_query_groups(int64_t begin, int64_t end, int64_t groups, Fn&& fn) {
+  for (int64_t item = begin; item < end;) {
+    const int64_t query = item / groups;
+    const int64_t first = item % groups;
+    const int64_t last = std::min(groups, first + (end - item));
+    fn(query, first, last);
+    item += last - first;
   }
 }
 
-// Phase 1 items (query, group of 16 heads): the group's scores into scores [queries][heads][num_entries].
+// Phase 1 items (query, group of 16 heads) into scores [queries][heads][num_entries] (query relative to
+// query0). Per query, each pass of 8 present rows serves all the item range's groups (rows [8][dim] stay in
+// L1 while the groups' transposed queries q_t [groups][dim][16] stream from L2). Each score lane runs
+// dot_in_order's sequence (mul, then add, in d order from 0.0f), so the scores are the oracle's bits. The last
+// pass repeats a row to fill its 8 (results dropped).
 void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t query0, float* scores, int64_t begin,
                   int64_t end, Arena& scratch) {
   const int64_t groups = (a.heads + kHeadLanes - 1) / kHeadLanes;
-  const std::span<float> q_t = scratch.take<float>(static_cast<size_t>(a.dim * kHeadLanes));  // [dim][16]
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t query = query0 + item / groups;
-    const int head0 = static_cast<int>(item % groups) * kHeadLanes;
-    const int lanes = std::min(kHeadLanes, a.heads - head0);
-    std::fill(q_t.begin(), q_t.end(), 0.0f);
-    for (int l = 0; l < lanes; ++l) {
-      const float* q = a.q + (query * a.heads + head0 + l) * a.dim;
-      for (int64_t d = 0; d < a.dim; ++d) q_t[static_cast<size_t>(d * kHeadLanes + l)] = q[d];
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const std::span<float> q_t = scratch.take<float>(static_cast<size_t>(groups * a.dim * kHeadLanes));
+  for_each_query_groups(begin, end, groups, [&](int64_t item_query, int64_t first, int64_t last) {
+    const int64_t query = query0 + item_query;
+    const float* const* rows = a.rows + query * a.num_entries;
+    float* query_scores = scores + item_query * a.heads * a.num_entries;  // [heads][entries]
+    const int head_end = std::min<int>(a.heads, static_cast<int>(last) * kHeadLanes);
+    for (int64_t group = first; group < last; ++group) {  // transpose the group's queries, zero lanes past heads
+      float* t = q_t.data() + group * a.dim * kHeadLanes;
+      std::fill_n(t, a.dim * kHeadLanes, 0.0f);
+      for (int l = 0; l < kHeadLanes && group * kHeadLanes + l < a.heads; ++l) {
+        const float* q = a.q + (query * a.heads + group * kHeadLanes + l) * a.dim;
+        for (int64_t d = 0; d < a.dim; ++d) t[d * kHeadLanes + l] = q[d];
+      }
     }
-    score_head_group(paths, q_t.data(), lanes, a.rows + query * a.num_entries, a.num_entries, a.dim, a.scale,
-                     scores + ((query - query0) * a.heads + head0) * a.num_entries);
-  }
+    int64_t present[kScoreRows];
+    for (int64_t j = 0; j < a.num_entries;) {
+      int n = 0;
+      for (; j < a.num_entries && n < kScoreRows; ++j) {
+        if (rows[j] == nullptr) {
+          for (int h = static_cast<int>(first) * kHeadLanes; h < head_end; ++h) query_scores[h * a.num_entries + j] = neg_inf;
+        } else {
+          present[n++] = j;
+        }
+      }
+      if (n == 0) break;
+      const float* r[kScoreRows];
+      for (int i = 0; i < kScoreRows; ++i) r[i] = rows[present[std::min(i, n - 1)]];
+      for (int64_t group = first; group < last; ++group) {
+        float acc[kScoreRows][kHeadLanes];
+        paths.score_rows(q_t.data() + group * a.dim * kHeadLanes, r, a.dim, acc);
+        const int head0 = static_cast<int>(group) * kHeadLanes;
+        const int lanes = std::min(kHeadLanes, a.heads - head0);
+        for (int i = 0; i < n; ++i) {
+          for (int l = 0; l < lanes; ++l) query_scores[(head0 + l) * a.num_entries + present[i]] = acc[i][l] * a.scale;
+        }
+      }
+    }
+  });
 }
 
-// Phase 2 items (query, group of 8 heads): per block of 64 entries, each head's online-softmax step as
-// attend_head runs it (same exp calls and indices, same denominator cascade), then the group's P·V in one
-// pass over the block's rows (paths.pv_block), then out = bf16(num / den) per head.
+// Phase 2 items (query, group of 8 heads). Per query, block by block (the block's rows, 64 x dim floats, stay
+// in L2 for all the item range's groups): each head's online-softmax step as attend_head runs it (same exp
+// calls and indices, same denominator cascade), then the group's P·V in one pass over the block's rows
+// (paths.pv_block); at the end out = bf16(num / den) per head.
 void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t query0, const float* scores,
                    int64_t begin, int64_t end, Arena& scratch) {
   const int64_t groups = (a.heads + kGroupHeads - 1) / kGroupHeads;
-  const std::span<float> num = scratch.take<float>(static_cast<size_t>(kGroupHeads * a.dim));  // [8][dim]
+  const size_t slots = static_cast<size_t>(groups * kGroupHeads);
+  const std::span<float> num = scratch.take<float>(slots * static_cast<size_t>(a.dim));  // [groups][8][dim]
+  const std::span<float> maximum = scratch.take<float>(slots);                            // [groups][8]
+  const std::span<float> denominator = scratch.take<float>(slots);                        // [groups][8]
   PvBlock block;
-  int present_index[kSparseAttentionBlock];          // list position in the block of each present row
+  int present_index[kSparseAttentionBlock];             // list position in the block of each present row
   alignas(32) float probs[kSparseAttentionBlock] = {};  // one head's exp(s_j - m') for the block
-  alignas(32) float rounded[kSparseAttentionBlock];  // bf16(probs)
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t query = query0 + item / groups;
-    const int head0 = static_cast<int>(item % groups) * kGroupHeads;
-    block.lanes = std::min(kGroupHeads, a.heads - head0);
+  alignas(32) float rounded[kSparseAttentionBlock];     // bf16(probs)
+  for_each_query_groups(begin, end, groups, [&](int64_t item_query, int64_t first, int64_t last) {
+    const int64_t query = query0 + item_query;
     const float* const* rows = a.rows + query * a.num_entries;
-    const float* head_scores = scores + ((query - query0) * a.heads + head0) * a.num_entries;  // [lanes][entries]
-    std::fill(num.begin(), num.end(), 0.0f);
-    float maximum[kGroupHeads], denominator[kGroupHeads];
-    std::fill_n(maximum, kGroupHeads, kInitialMax);
-    std::fill_n(denominator, kGroupHeads, 0.0f);
-    std::fill_n(block.p, kSparseAttentionBlock * kGroupHeads, 0.0f);  // heads past lanes keep p = 0
-    std::fill_n(block.correction, kGroupHeads, 1.0f);
+    const float* query_scores = scores + item_query * a.heads * a.num_entries;  // [heads][entries]
+    std::fill(num.begin() + first * kGroupHeads * a.dim, num.begin() + last * kGroupHeads * a.dim, 0.0f);
+    std::fill(maximum.begin() + first * kGroupHeads, maximum.begin() + last * kGroupHeads, kInitialMax);
+    std::fill(denominator.begin() + first * kGroupHeads, denominator.begin() + last * kGroupHeads, 0.0f);
     for (int64_t start = 0; start < a.num_entries; start += kSparseAttentionBlock) {
       const int64_t count = std::min<int64_t>(kSparseAttentionBlock, a.num_entries - start);
       block.present = 0;
@@ -273,32 +310,38 @@ void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t
         present_index[block.present] = static_cast<int>(j);
         block.rows[block.present++] = rows[start + j];
       }
-      for (int g = 0; g < block.lanes; ++g) {
-        const int head = head0 + g;
-        const float* s = head_scores + g * a.num_entries + start;
-        float block_max = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, s[j]);
-        const float next_max = std::max(maximum[g], block_max);
-        const float correction = torch_exp_element(maximum[g] - next_max, head, a.heads);
-        block_exp(s, next_max, count, head * count, a.heads * count, probs);
-        denominator[g] = denominator[g] * correction + cascade_sum(probs, count);
-        for (int64_t j = 0; j < count; j += 8) {
-          _mm256_store_ps(rounded + j, round_bf16_x8(_mm256_load_ps(probs + j)));  // lanes past count unused
+      for (int64_t group = first; group < last; ++group) {
+        const int head0 = static_cast<int>(group) * kGroupHeads;
+        block.lanes = std::min(kGroupHeads, a.heads - head0);
+        for (int g = 0; g < kGroupHeads; ++g) {
+          const int head = head0 + g;
+          const size_t slot = static_cast<size_t>(head);
+          if (g >= block.lanes) {  // past the last head: p = 0, c = 1 (results dropped)
+            for (int i = 0; i < block.present; ++i) block.p[i * kGroupHeads + g] = 0.0f;
+            block.correction[g] = 1.0f;
+            continue;
+          }
+          const float* s = query_scores + head * a.num_entries + start;
+          const float next_max = std::max(maximum[slot], block_max(s, count));
+          const float correction = torch_exp_element(maximum[slot] - next_max, head, a.heads);
+          block_exp(s, next_max, count, head * count, a.heads * count, probs);
+          denominator[slot] = denominator[slot] * correction + cascade_sum(probs, count);
+          for (int64_t j = 0; j < count; j += 8) {
+            _mm256_store_ps(rounded + j, round_bf16_x8(_mm256_load_ps(probs + j)));  // lanes past count unused
+          }
+          for (int i = 0; i < block.present; ++i) block.p[i * kGroupHeads + g] = rounded[present_index[i]];
+          block.correction[g] = correction;
+          maximum[slot] = next_max;
         }
-        for (int i = 0; i < block.present; ++i) block.p[i * kGroupHeads + g] = rounded[present_index[i]];
-        block.correction[g] = correction;
-        maximum[g] = next_max;
+        paths.pv_block(block, a.dim, num.data() + group * kGroupHeads * a.dim, a.dim);
       }
-      paths.pv_block(block, a.dim, num.data(), a.dim);
     }
-    for (int g = 0; g < block.lanes; ++g) {
-      const int head = head0 + g;
-      const float den = denominator[g] + torch_exp_element(a.sink[head] - maximum[g], head, a.heads);
-      float* out = a.out + (query * a.heads + head) * a.dim;
-      const float* n = num.data() + g * a.dim;
-      for (int64_t d = 0; d < a.dim; ++d) out[d] = round_to_bf16(n[d] / den);
+    for (int head = static_cast<int>(first) * kGroupHeads; head < std::min<int>(a.heads, static_cast<int>(last) * kGroupHeads); ++head) {
+      const size_t slot = static_cast<size_t>(head);
+      const float den = denominator[slot] + torch_exp_element(a.sink[head] - maximum[slot], head, a.heads);
+      divide_round(num.data() + head * a.dim, den, a.dim, a.out + (query * a.heads + head) * a.dim);
     }
-  }
+  });
 }
 
 // Two phases per chunk of queries: scores over (query, group of 16 heads), then softmax and P·V over (query,

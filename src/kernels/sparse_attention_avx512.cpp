@@ -22,33 +22,36 @@ DSFLASH_AVX512 void score_rows_avx512(const float* q_t, const float* const* r, i
   for (int i = 0; i < kScoreRows; ++i) _mm512_storeu_ps(acc[i], a[i]);
 }
 
-// The group's P·V over dims [d, d + 16 * kVectors) for all 8 heads (heads past lanes run on p = 0, c = 1):
-// 8 x kVectors zmm accumulators, each row chunk loaded once for the 8 heads. `last` masks the final vector's
-// dims (the end of the row: masked lanes load 0 and are not stored).
+// The group's P·V over dims [d, d + 16 * kVectors) (kVectors 1 or 2) for all 8 heads (heads past lanes run on
+// p = 0, c = 1): 8 x kVectors zmm accumulators, each row chunk loaded once for the 8 heads. `last` masks the
+// final vector's dims (the end of the row: masked lanes load 0 and are not stored).
 template <int kVectors>
 DSFLASH_AVX512 inline void pv_chunk(const PvBlock& b, int64_t d, __mmask16 last, float* num, int64_t num_stride) {
-  __m512 acc[kGroupHeads][kVectors];
-  for (auto& g : acc) {
-    for (__m512& v : g) v = _mm512_setzero_ps();
-  }
+  __m512 acc[kGroupHeads * kVectors];  // [head][vector], flat: GCC keeps a flat array of vectors in registers
+#pragma GCC unroll 16
+  for (int i = 0; i < kGroupHeads * kVectors; ++i) acc[i] = _mm512_setzero_ps();
   for (int j = 0; j < b.present; ++j) {
     const float* row = b.rows[j] + d;
-    __m512 r[kVectors];
-    for (int w = 0; w < kVectors; ++w) {
-      r[w] = w + 1 < kVectors ? _mm512_loadu_ps(row + 16 * w) : _mm512_maskz_loadu_ps(last, row + 16 * w);
-    }
+    const __m512 r0 = kVectors == 1 ? _mm512_maskz_loadu_ps(last, row) : _mm512_loadu_ps(row);
+    const __m512 r1 = kVectors == 1 ? r0 : _mm512_maskz_loadu_ps(last, row + 16);
     const float* p = b.p + j * kGroupHeads;
+#pragma GCC unroll 8
     for (int g = 0; g < kGroupHeads; ++g) {
       const __m512 pg = _mm512_set1_ps(p[g]);
-      for (int w = 0; w < kVectors; ++w) acc[g][w] = _mm512_add_ps(acc[g][w], _mm512_mul_ps(pg, r[w]));
+      acc[g * kVectors] = _mm512_add_ps(acc[g * kVectors], _mm512_mul_ps(pg, r0));
+      if constexpr (kVectors == 2) acc[g * 2 + 1] = _mm512_add_ps(acc[g * 2 + 1], _mm512_mul_ps(pg, r1));
     }
   }
+#pragma GCC unroll 8
   for (int g = 0; g < kGroupHeads; ++g) {
     const __m512 c = _mm512_set1_ps(b.correction[g]);
-    for (int w = 0; w < kVectors; ++w) {
-      float* n = num + g * num_stride + d + 16 * w;
-      const __mmask16 m = w + 1 < kVectors ? __mmask16{0xffff} : last;
-      _mm512_mask_storeu_ps(n, m, _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, n), c), acc[g][w]));
+    float* n = num + g * num_stride + d;
+    if constexpr (kVectors == 1) {
+      _mm512_mask_storeu_ps(n, last, _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(last, n), c), acc[g]));
+    } else {
+      _mm512_storeu_ps(n, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(n), c), acc[g * 2]));
+      _mm512_mask_storeu_ps(n + 16, last,
+                            _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(last, n + 16), c), acc[g * 2 + 1]));
     }
   }
 }
