@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "formats/formats.h"
 #include "kernels/sparse_attention.h"
+#include "kernels/torch_exp.h"
 
 namespace dsflash {
 namespace {
@@ -290,6 +291,45 @@ TEST(SparseAttention, FastTablesAreBitExactOnRaggedShapes) {
         }
       }
     }
+  }
+}
+
+// SLEEF and std::exp disagree now and then, rarely enough to slip past random inputs, so this case is built:
+// a score difference x where the two give different bf16 probabilities, on 3 heads x 6 entries (an [heads,
+// block] tensor of 18: head 2's entries 4 and 5 are its std::exp tail, everything else SLEEF). Every head has
+// the same query; entry 0 is a zero row scoring 0, entries 1..5 one row scoring x. The oracle's head 2 then
+// differs from its heads 0 and 1 (the case is sensitive), and the fast tables must give the oracle's bits.
+TEST(SparseAttention, FastTablesTakeExpPathsByTensorPosition) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-8.0f, -0.01f);
+  float x = 0.0f;
+  for (int tries = 0; tries < 50000000 && x == 0.0f; ++tries) {
+    const float candidate = uniform(rng);
+    if (round_to_bf16(sleef_expf_u10(candidate)) != round_to_bf16(std::exp(candidate))) x = candidate;
+  }
+  ASSERT_NE(x, 0.0f) << "no score difference found where SLEEF and std::exp round to different bf16";
+  const int heads = 3;
+  const int64_t dim = 16, entries = 6;
+  Problem p;
+  p.heads = heads;
+  p.dim = dim;
+  p.entries = entries;
+  p.q.assign(static_cast<size_t>(heads * dim), 0.0f);
+  for (int h = 0; h < heads; ++h) p.q[static_cast<size_t>(h * dim)] = -1.0f;
+  p.kv.assign(static_cast<size_t>(2 * dim), 0.0f);
+  p.kv[static_cast<size_t>(dim)] = 1.0f;  // score (q · row) * scale = -1 * -x = x
+  p.sink.assign(heads, -1.0f);
+  p.rows = {&p.kv[0]};
+  for (int64_t j = 1; j < entries; ++j) p.rows.push_back(&p.kv[static_cast<size_t>(dim)]);
+  const std::vector<float> ref = run(p, reference_sparse_attention(), -x);
+  EXPECT_EQ(ref[0], ref[static_cast<size_t>(dim)]);           // heads 0 and 1: SLEEF only
+  EXPECT_NE(ref[0], ref[static_cast<size_t>(2 * dim)]) << x;  // head 2: its tail on std::exp
+  ThreadPool pool(3);
+  std::vector<const SparseAttentionKernels*> tables{&avx2_sparse_attention()};
+  if (const SparseAttentionKernels* avx512 = avx512_sparse_attention()) tables.push_back(avx512);
+  for (const SparseAttentionKernels* k : tables) {
+    expect_bits_equal(run(p, *k, -x), ref, std::string(k->name) + " exp paths");
+    expect_bits_equal(run(p, *k, -x, &pool), ref, std::string(k->name) + " exp paths, pool 3");
   }
 }
 
