@@ -22,11 +22,12 @@ using namespace sparse_attention_impl;
 
 constexpr float kInitialMax = -1e30f;  // the reference's running max starts here, not at -inf
 
-// One (query, head): the online softmax over the list in blocks of 64, given the head's scores
+// The oracle's (query, head): the online softmax over the list in blocks of 64, given the head's scores
 // [num_entries] (s_j = (q_h · row_j) * scale, -inf for -1 entries).
 // exp evaluated as the reference's torch.exp on its [heads, block] (probabilities) and [heads] (correction,
 // sink) tensors: SLEEF on whole vector chunks, std::exp on the tail of the tensor (kernels/torch_exp.h).
-// P·V and the num update run element-wise over dim in list order (vectorised across dim: no reordering).
+// P·V and the num update element by element over dim, entries in list order. The fast kernel (below) repeats
+// this sequence for every (head, d).
 void attend_head(const float* scores, const float* const* rows, int64_t num_entries, int64_t dim, float sink, int head,
                  int heads, float* out, float* num, float* mm, float* probs) {
   float maximum = kInitialMax;
@@ -376,7 +377,7 @@ void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPoo
 }
 
 void attend_avx2(const SparseAttentionArgs& a, ThreadPool* pool) {
-  static const FastPaths paths{"avx2", score_rows_avx2, pv_block_avx2};
+  static const FastPaths paths{score_rows_avx2, pv_block_avx2};
   attend_fast(paths, a, pool);
 }
 

@@ -73,8 +73,8 @@ DSFLASH_AVX512 void pv_block_avx512(const PvBlock& b, int64_t dim, float* num, i
 FastPaths avx512_paths() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  if (!supported) return {"avx512", nullptr, nullptr};
-  return {"avx512", score_rows_avx512, pv_block_avx512};
+  if (!supported) return {nullptr, nullptr};
+  return {score_rows_avx512, pv_block_avx512};
 }
 
 }  // namespace dsflash::sparse_attention_impl

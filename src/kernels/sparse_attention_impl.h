@@ -35,7 +35,6 @@ using ScoreRowsKernel = void (*)(const float* q_t, const float* const* r, int64_
 inline constexpr int kScoreRows = 8;
 
 struct FastPaths {
-  const char* name;
   ScoreRowsKernel score_rows;
   PvBlockKernel pv_block;
 };
