@@ -1,5 +1,5 @@
 // Attention kernels at the real model's shapes (spec/MODEL.md §1, §4.3, §4.5): sparse attention of one decode
-// query (64 heads x 512, window 128 + top-k 512 = 640 entries) and of a prefill tile (32 queries), reference
+// query (64 heads x 512, window 128 + top-k 512 = 640 entries) and of prefill tiles (32 and 128 queries), reference
 // vs fast (1 and 2 threads); the top-k selection of the indexer (k 512 over 16K..1M scores, bf16-valued with
 // ties; 1 and 2 threads) and of the candidate blocks (k 2048 over 131072); the indexer's q·k dot products (64 heads
 // x 128 against 256 keys) and head weighting (32 heads x 16 keys). Prints time per call and the kernel's
@@ -70,7 +70,18 @@ void BM_SparseAttentionBest(benchmark::State& s) {
   run_sparse(s, best_sparse_attention(), s.range(0), static_cast<int>(s.range(1)));
 }
 BENCHMARK(BM_SparseAttentionReference)->Arg(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_SparseAttentionBest)->Args({1, 1})->Args({1, 2})->Args({32, 2})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SparseAttentionBest)
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({32, 2})
+    ->Args({128, 1})
+    ->Args({128, 2})
+    ->Unit(benchmark::kMillisecond);
+// The AVX2 table (what CPUs without AVX-512 run) on the same shapes.
+void BM_SparseAttentionAvx2(benchmark::State& s) {
+  run_sparse(s, avx2_sparse_attention(), s.range(0), static_cast<int>(s.range(1)));
+}
+BENCHMARK(BM_SparseAttentionAvx2)->Args({1, 1})->Args({128, 1})->Unit(benchmark::kMillisecond);
 
 // Indexer q·k for one query against a block of 256 dequantised keys (64 index heads x 128): the reference's
 // in-order scalar dot per (key, head) vs 16 keys in the vector lanes (same bits, kernels/index_score.h),

@@ -12,20 +12,22 @@
 #include "formats/formats.h"
 #include "kernels/index_score.h"
 #include "kernels/reduce.h"
+#include "kernels/sparse_attention_impl.h"
 #include "kernels/torch_exp.h"
 
 namespace dsflash {
 namespace {
 
+using namespace sparse_attention_impl;
+
 constexpr float kInitialMax = -1e30f;  // the reference's running max starts here, not at -inf
 
-constexpr int kHeadLanes = 16;  // heads per group in the fast kernel's vector lanes
-
-// One (query, head): the online softmax over the list in blocks of 64, given the head's scores
+// The oracle's (query, head): the online softmax over the list in blocks of 64, given the head's scores
 // [num_entries] (s_j = (q_h · row_j) * scale, -inf for -1 entries).
 // exp evaluated as the reference's torch.exp on its [heads, block] (probabilities) and [heads] (correction,
 // sink) tensors: SLEEF on whole vector chunks, std::exp on the tail of the tensor (kernels/torch_exp.h).
-// P·V and the num update run element-wise over dim in list order (vectorised across dim: no reordering).
+// P·V and the num update element by element over dim, entries in list order. The fast kernel (below) repeats
+// this sequence for every (head, d).
 void attend_head(const float* scores, const float* const* rows, int64_t num_entries, int64_t dim, float sink, int head,
                  int heads, float* out, float* num, float* mm, float* probs) {
   float maximum = kInitialMax;
@@ -78,10 +80,91 @@ void attend_reference(const SparseAttentionArgs& a, ThreadPool*) {
   }
 }
 
+
+// ---- The fast kernel: AVX2 (the x86-64-v3 build baseline) and the driver shared with the AVX-512 paths ----
+
+// sleef_expf_u10 on 8 lanes with the same operations lane for lane (FMAs exactly where it calls std::fma,
+// round-to-nearest-even for nearbyint, 2^q as two exact powers), so every lane is the scalar function's bits.
+inline __m256 sleef_expf_u10_x8(__m256 x) {
+  const __m256 q_f = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.442695040888963407359924681001892137f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256i q = _mm256_cvtps_epi32(q_f);  // exact: q_f is integral (lanes out of range are replaced below)
+  __m256 s = _mm256_fmadd_ps(q_f, _mm256_set1_ps(-0.693145751953125f), x);
+  s = _mm256_fmadd_ps(q_f, _mm256_set1_ps(-1.428606765330187045e-06f), s);
+  __m256 u = _mm256_set1_ps(0.000198527617612853646278381f);
+  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.00139304355252534151077271f));
+  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.00833336077630519866943359f));
+  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.0416664853692054748535156f));
+  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.166666671633720397949219f));
+  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.5f));
+  u = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_mul_ps(s, s), u, s));
+  // 2^(q/2) and 2^(q - q/2) built from their exponent bits: both lie in [-75, 72] for x in [-104, 100].
+  const __m256i q_half = _mm256_srai_epi32(q, 1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 scale_a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(q_half, bias), 23));
+  const __m256 scale_b = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(q, q_half), bias), 23));
+  u = _mm256_mul_ps(_mm256_mul_ps(u, scale_a), scale_b);
+  // The scalar function's early returns (disjoint conditions): x > 100 -> inf, x < -104 -> 0, NaN -> x.
+  u = _mm256_blendv_ps(u, _mm256_set1_ps(std::numeric_limits<float>::infinity()),
+                       _mm256_cmp_ps(x, _mm256_set1_ps(100.0f), _CMP_GT_OQ));
+  u = _mm256_blendv_ps(u, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OQ));
+  return _mm256_blendv_ps(u, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+// round_to_bf16 on 8 lanes (formats.cpp's f32_to_bf16: nearest, ties to even; NaN kept, made quiet).
+inline __m256 round_bf16_x8(__m256 x) {
+  const __m256i bits = _mm256_castps_si256(x);
+  const __m256i lowest_kept = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i rounded =
+      _mm256_and_si256(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lowest_kept)), high);
+  const __m256i quiet_nan = _mm256_or_si256(_mm256_and_si256(bits, high), _mm256_set1_epi32(0x00400000));
+  return _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet_nan), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+// max(s[0..count)) for the block's online-softmax step, in 8 lanes. Differs from the oracle's in-order
+// std::max chain only in the sign of a zero maximum (NaN scores are skipped by both), and a zero's sign never
+// reaches an output: it only enters differences whose exp is then exp(±0) = 1 on both exp paths.
+float block_max(const float* s, int64_t count) {
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= count; j += 8) m = _mm256_max_ps(_mm256_loadu_ps(s + j), m);  // a NaN score keeps m
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float result = lanes[0];
+  for (int l = 1; l < 8; ++l) result = std::max(result, lanes[l]);
+  for (; j < count; ++j) result = std::max(result, s[j]);
+  return result;
+}
+
+// out[d] = bf16(num[d] / den) for d < dim (IEEE division, then round_bf16_x8 on 8 lanes).
+void divide_round(const float* num, float den, int64_t dim, float* out) {
+  const __m256 divisor = _mm256_set1_ps(den);
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8) _mm256_storeu_ps(out + d, round_bf16_x8(_mm256_div_ps(_mm256_loadu_ps(num + d), divisor)));
+  for (; d < dim; ++d) out[d] = round_to_bf16(num[d] / den);
+}
+
+// probs[j] = torch_exp_element(s[j] - next_max, index0 + j, total) for j < count (count <= 64): the indices in
+// the whole vector chunks of the [heads, count] tensor through sleef_expf_u10_x8, the tensor's tail std::exp.
+void block_exp(const float* s, float next_max, int64_t count, int64_t index0, int64_t total, float* probs) {
+  const int64_t vector_end = std::clamp<int64_t>(total - total % kTorchVectorChunk - index0, 0, count);
+  const __m256 shift = _mm256_set1_ps(next_max);
+  int64_t j = 0;
+  for (; j + 8 <= vector_end; j += 8) {
+    _mm256_storeu_ps(probs + j, sleef_expf_u10_x8(_mm256_sub_ps(_mm256_loadu_ps(s + j), shift)));
+  }
+  if (j < vector_end) {  // a partial group of 8 (lanes past vector_end are computed on 0 and dropped)
+    alignas(32) float x[8] = {};
+    for (int64_t i = j; i < vector_end; ++i) x[i - j] = s[i] - next_max;
+    _mm256_store_ps(x, sleef_expf_u10_x8(_mm256_load_ps(x)));
+    for (int64_t i = j; i < vector_end; ++i) probs[i] = x[i - j];
+  }
+  for (j = vector_end; j < count; ++j) probs[j] = std::exp(s[j] - next_max);
+}
+
 // acc[i][l] = Σ_d q_t[d][l] * r[i][d] in d order, mul then add (no fma): 4 rows x 16 heads in 8 ymm chains.
-// AVX2 (the x86-64-v3 build baseline); only the fast table runs it.
-__attribute__((target("avx2"))) void score_four_rows(const float* q_t, const float* const* r, int64_t dim,
-                                                      float (*acc)[kHeadLanes]) {
+void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kHeadLanes]) {
   __m256 a[4][2];
   for (auto& v : a) v[0] = v[1] = _mm256_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
@@ -99,83 +182,176 @@ __attribute__((target("avx2"))) void score_four_rows(const float* q_t, const flo
   }
 }
 
-// Scores of up to 16 heads against the list, the heads in the vector lanes: q_t [dim][16] (the group's
-// queries transposed, zero lanes past the group), scores [lanes][num_entries] (lanes <= 16 heads of the group).
-// Each lane runs dot_in_order's sequence (mul, then add, in d order from 0.0f), so the scores are the oracle's
-// bits.
-void score_head_group(const float* q_t, int lanes, const float* const* rows, int64_t num_entries, int64_t dim,
-                      float scale, float* scores) {
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  constexpr int kRows = 4;  // rows per pass: 4 x 16 independent accumulator chains
-  int64_t present[kRows];
-  for (int64_t j = 0; j < num_entries;) {
-    int n = 0;
-    for (; j < num_entries && n < kRows; ++j) {
-      if (rows[j] == nullptr) {
-        for (int l = 0; l < lanes; ++l) scores[l * num_entries + j] = neg_inf;
-      } else {
-        present[n++] = j;
+// ScoreRowsKernel for AVX2: 16 ymm cannot hold 8 rows x 16 heads, so two passes of 4 rows.
+void score_rows_avx2(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kHeadLanes]) {
+  score_four_rows(q_t, r, dim, acc);
+  score_four_rows(q_t, r + 4, dim, acc + 4);
+}
+
+// PvBlockKernel for AVX2: sub-groups of 4 heads x 16 dims (8 ymm accumulators, each row chunk loaded once
+// per sub-group); the dims past the last whole 16 run pv_element.
+void pv_block_avx2(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
+  for (int g0 = 0; g0 < b.lanes; g0 += 4) {
+    int64_t d = 0;
+    for (; d + 16 <= dim; d += 16) {
+      __m256 acc[4][2];
+      for (auto& v : acc) v[0] = v[1] = _mm256_setzero_ps();
+      for (int j = 0; j < b.present; ++j) {
+        const __m256 r0 = _mm256_loadu_ps(b.rows[j] + d);
+        const __m256 r1 = _mm256_loadu_ps(b.rows[j] + d + 8);
+        const float* p = b.p + j * kGroupHeads + g0;
+        for (int g = 0; g < 4; ++g) {
+          const __m256 pg = _mm256_broadcast_ss(p + g);
+          acc[g][0] = _mm256_add_ps(acc[g][0], _mm256_mul_ps(pg, r0));
+          acc[g][1] = _mm256_add_ps(acc[g][1], _mm256_mul_ps(pg, r1));
+        }
+      }
+      for (int g = 0; g < 4; ++g) {
+        float* n = num + (g0 + g) * num_stride + d;
+        const __m256 c = _mm256_broadcast_ss(b.correction + g0 + g);
+        _mm256_storeu_ps(n, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(n), c), acc[g][0]));
+        _mm256_storeu_ps(n + 8, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(n + 8), c), acc[g][1]));
       }
     }
-    float acc[kRows][kHeadLanes] = {};
-    const float* r[kRows];
-    for (int i = 0; i < kRows; ++i) r[i] = i < n ? rows[present[i]] : nullptr;
-    if (n == kRows) {
-      score_four_rows(q_t, r, dim, acc);
-    } else {
-      for (int i = 0; i < n; ++i) {
-        for (int64_t d = 0; d < dim; ++d) {
-          const float* qd = q_t + d * kHeadLanes;
-          const float x = r[i][d];
-          for (int l = 0; l < kHeadLanes; ++l) acc[i][l] += qd[l] * x;
+    for (; d < dim; ++d) {
+      for (int g = g0; g < g0 + 4; ++g) num[g * num_stride + d] = pv_element(b, g, d, num[g * num_stride + d]);
+    }
+  }
+}
+
+// Visits the items [begin, end) of a (query, group) item space, `groups` per query, one query at a time:
+// fn(query, first group, end group).
+template <class Fn>
+void for_each_query_groups(int64_t begin, int64_t end, int64_t groups, Fn&& fn) {
+  for (int64_t item = begin; item < end;) {
+    const int64_t query = item / groups;
+    const int64_t first = item % groups;
+    const int64_t last = std::min(groups, first + (end - item));
+    fn(query, first, last);
+    item += last - first;
+  }
+}
+
+// Phase 1 items (query, group of 16 heads) into scores [queries][heads][num_entries] (query relative to
+// query0). Per query, each pass of 8 present rows serves all the item range's groups (rows [8][dim] stay in
+// L1 while the groups' transposed queries q_t [groups][dim][16] stream from L2). Each score lane runs
+// dot_in_order's sequence (mul, then add, in d order from 0.0f), so the scores are the oracle's bits. The last
+// pass repeats a row to fill its 8 (results dropped).
+void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t query0, float* scores, int64_t begin,
+                  int64_t end, Arena& scratch) {
+  const int64_t groups = (a.heads + kHeadLanes - 1) / kHeadLanes;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const std::span<float> q_t = scratch.take<float>(static_cast<size_t>(groups * a.dim * kHeadLanes));
+  for_each_query_groups(begin, end, groups, [&](int64_t item_query, int64_t first, int64_t last) {
+    const int64_t query = query0 + item_query;
+    const float* const* rows = a.rows + query * a.num_entries;
+    float* query_scores = scores + item_query * a.heads * a.num_entries;  // [heads][entries]
+    const int head_end = std::min<int>(a.heads, static_cast<int>(last) * kHeadLanes);
+    for (int64_t group = first; group < last; ++group) {  // transpose the group's queries, zero lanes past heads
+      float* t = q_t.data() + group * a.dim * kHeadLanes;
+      std::fill_n(t, a.dim * kHeadLanes, 0.0f);
+      for (int l = 0; l < kHeadLanes && group * kHeadLanes + l < a.heads; ++l) {
+        const float* q = a.q + (query * a.heads + group * kHeadLanes + l) * a.dim;
+        for (int64_t d = 0; d < a.dim; ++d) t[d * kHeadLanes + l] = q[d];
+      }
+    }
+    int64_t present[kScoreRows];
+    for (int64_t j = 0; j < a.num_entries;) {
+      int n = 0;
+      for (; j < a.num_entries && n < kScoreRows; ++j) {
+        if (rows[j] == nullptr) {
+          for (int h = static_cast<int>(first) * kHeadLanes; h < head_end; ++h) query_scores[h * a.num_entries + j] = neg_inf;
+        } else {
+          present[n++] = j;
+        }
+      }
+      if (n == 0) break;
+      const float* r[kScoreRows];
+      for (int i = 0; i < kScoreRows; ++i) r[i] = rows[present[std::min(i, n - 1)]];
+      for (int64_t group = first; group < last; ++group) {
+        float acc[kScoreRows][kHeadLanes];
+        paths.score_rows(q_t.data() + group * a.dim * kHeadLanes, r, a.dim, acc);
+        const int head0 = static_cast<int>(group) * kHeadLanes;
+        const int lanes = std::min(kHeadLanes, a.heads - head0);
+        for (int i = 0; i < n; ++i) {
+          for (int l = 0; l < lanes; ++l) query_scores[(head0 + l) * a.num_entries + present[i]] = acc[i][l] * a.scale;
         }
       }
     }
-    for (int i = 0; i < n; ++i) {
-      for (int l = 0; l < lanes; ++l) scores[l * num_entries + present[i]] = acc[i][l] * scale;
+  });
+}
+
+// Phase 2 items (query, group of 8 heads). Per query, block by block (the block's rows, 64 x dim floats, stay
+// in L2 for all the item range's groups): each head's online-softmax step as attend_head runs it (same exp
+// calls and indices, same denominator cascade), then the group's P·V in one pass over the block's rows
+// (paths.pv_block); at the end out = bf16(num / den) per head.
+void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t query0, const float* scores,
+                   int64_t begin, int64_t end, Arena& scratch) {
+  const int64_t groups = (a.heads + kGroupHeads - 1) / kGroupHeads;
+  const size_t slots = static_cast<size_t>(groups * kGroupHeads);
+  const std::span<float> num = scratch.take<float>(slots * static_cast<size_t>(a.dim));  // [groups][8][dim]
+  const std::span<float> maximum = scratch.take<float>(slots);                            // [groups][8]
+  const std::span<float> denominator = scratch.take<float>(slots);                        // [groups][8]
+  PvBlock block;
+  int present_index[kSparseAttentionBlock];             // list position in the block of each present row
+  alignas(32) float probs[kSparseAttentionBlock] = {};  // one head's exp(s_j - m') for the block
+  alignas(32) float rounded[kSparseAttentionBlock];     // bf16(probs)
+  for_each_query_groups(begin, end, groups, [&](int64_t item_query, int64_t first, int64_t last) {
+    const int64_t query = query0 + item_query;
+    const float* const* rows = a.rows + query * a.num_entries;
+    const float* query_scores = scores + item_query * a.heads * a.num_entries;  // [heads][entries]
+    std::fill(num.begin() + first * kGroupHeads * a.dim, num.begin() + last * kGroupHeads * a.dim, 0.0f);
+    std::fill(maximum.begin() + first * kGroupHeads, maximum.begin() + last * kGroupHeads, kInitialMax);
+    std::fill(denominator.begin() + first * kGroupHeads, denominator.begin() + last * kGroupHeads, 0.0f);
+    for (int64_t start = 0; start < a.num_entries; start += kSparseAttentionBlock) {
+      const int64_t count = std::min<int64_t>(kSparseAttentionBlock, a.num_entries - start);
+      block.present = 0;
+      for (int64_t j = 0; j < count; ++j) {
+        if (rows[start + j] == nullptr) continue;
+        present_index[block.present] = static_cast<int>(j);
+        block.rows[block.present++] = rows[start + j];
+      }
+      for (int64_t group = first; group < last; ++group) {
+        const int head0 = static_cast<int>(group) * kGroupHeads;
+        block.lanes = std::min(kGroupHeads, a.heads - head0);
+        for (int g = 0; g < kGroupHeads; ++g) {
+          const int head = head0 + g;
+          const size_t slot = static_cast<size_t>(head);
+          if (g >= block.lanes) {  // past the last head: p = 0, c = 1 (results dropped)
+            for (int i = 0; i < block.present; ++i) block.p[i * kGroupHeads + g] = 0.0f;
+            block.correction[g] = 1.0f;
+            continue;
+          }
+          const float* s = query_scores + head * a.num_entries + start;
+          const float next_max = std::max(maximum[slot], block_max(s, count));
+          const float correction = torch_exp_element(maximum[slot] - next_max, head, a.heads);
+          block_exp(s, next_max, count, head * count, a.heads * count, probs);
+          denominator[slot] = denominator[slot] * correction + cascade_sum(probs, count);
+          for (int64_t j = 0; j < count; j += 8) {
+            _mm256_store_ps(rounded + j, round_bf16_x8(_mm256_load_ps(probs + j)));  // lanes past count unused
+          }
+          for (int i = 0; i < block.present; ++i) block.p[i * kGroupHeads + g] = rounded[present_index[i]];
+          block.correction[g] = correction;
+          maximum[slot] = next_max;
+        }
+        paths.pv_block(block, a.dim, num.data() + group * kGroupHeads * a.dim, a.dim);
+      }
     }
-  }
-}
-
-// Phase 1 items (query, group of 16 heads): the group's scores into scores [queries][heads][num_entries].
-void score_groups(const SparseAttentionArgs& a, int64_t query0, float* scores, int64_t begin, int64_t end,
-                  Arena& scratch) {
-  const int64_t groups = (a.heads + kHeadLanes - 1) / kHeadLanes;
-  const std::span<float> q_t = scratch.take<float>(static_cast<size_t>(a.dim * kHeadLanes));  // [dim][16]
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t query = query0 + item / groups;
-    const int head0 = static_cast<int>(item % groups) * kHeadLanes;
-    const int lanes = std::min(kHeadLanes, a.heads - head0);
-    std::fill(q_t.begin(), q_t.end(), 0.0f);
-    for (int l = 0; l < lanes; ++l) {
-      const float* q = a.q + (query * a.heads + head0 + l) * a.dim;
-      for (int64_t d = 0; d < a.dim; ++d) q_t[static_cast<size_t>(d * kHeadLanes + l)] = q[d];
+    for (int head = static_cast<int>(first) * kGroupHeads; head < std::min<int>(a.heads, static_cast<int>(last) * kGroupHeads); ++head) {
+      const size_t slot = static_cast<size_t>(head);
+      const float den = denominator[slot] + torch_exp_element(a.sink[head] - maximum[slot], head, a.heads);
+      divide_round(num.data() + head * a.dim, den, a.dim, a.out + (query * a.heads + head) * a.dim);
     }
-    score_head_group(q_t.data(), lanes, a.rows + query * a.num_entries, a.num_entries, a.dim, a.scale,
-                     scores + ((query - query0) * a.heads + head0) * a.num_entries);
-  }
+  });
 }
 
-// Phase 2 items (query, head): the online softmax and P·V as the oracle runs them.
-void attend_heads(const SparseAttentionArgs& a, int64_t query0, const float* scores, int64_t begin, int64_t end,
-                  Arena& scratch) {
-  const std::span<float> num = scratch.take<float>(static_cast<size_t>(a.dim));  // [dim]
-  const std::span<float> mm = scratch.take<float>(static_cast<size_t>(a.dim));   // [dim]
-  float probs[kSparseAttentionBlock];
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t query = query0 + item / a.heads;
-    const int head = static_cast<int>(item % a.heads);
-    attend_head(scores + item * a.num_entries, a.rows + query * a.num_entries, a.num_entries, a.dim, a.sink[head],
-                head, a.heads, a.out + (query * a.heads + head) * a.dim, num.data(), mm.data(), probs);
-  }
-}
-
-// Two phases per chunk of queries, so that threads split (query, head) items in the softmax / P·V phase even
-// for one decode query (64 heads = only 4 groups of 16 in the scoring phase). The chunk bounds the score
-// buffer [chunk, heads, num_entries] to about 4 MB.
-void attend_best(const SparseAttentionArgs& a, ThreadPool* pool) {
+// Two phases per chunk of queries: scores over (query, group of 16 heads), then softmax and P·V over (query,
+// group of 8 heads), so that one decode query (64 heads) still gives the threads 4 and 8 items. The chunk
+// bounds the score buffer [chunk, heads, num_entries] to about 4 MB.
+void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPool* pool) {
   constexpr int64_t kScoreBudget = int64_t{1} << 20;  // floats
-  const int64_t groups = (a.heads + kHeadLanes - 1) / kHeadLanes;
+  const int64_t score_groups_per_query = (a.heads + kHeadLanes - 1) / kHeadLanes;
+  const int64_t pv_groups_per_query = (a.heads + kGroupHeads - 1) / kGroupHeads;
   const int64_t per_query = a.heads * std::max<int64_t>(a.num_entries, 1);
   const int64_t chunk = std::clamp<int64_t>(kScoreBudget / per_query, 1, std::max<int64_t>(a.num_queries, 1));
   ThreadScratch caller(pool, 0);
@@ -189,16 +365,23 @@ void attend_best(const SparseAttentionArgs& a, ThreadPool* pool) {
   };
   for (int64_t query0 = 0; query0 < a.num_queries; query0 += chunk) {
     const int64_t n = std::min(chunk, a.num_queries - query0);
-    run(n * groups, [&](int64_t begin, int64_t end, int thread) {
+    run(n * score_groups_per_query, [&](int64_t begin, int64_t end, int thread) {
       ThreadScratch scratch(pool, thread);
-      score_groups(a, query0, scores.data(), begin, end, scratch.arena());
+      score_groups(paths, a, query0, scores.data(), begin, end, scratch.arena());
     });
-    run(n * a.heads, [&](int64_t begin, int64_t end, int thread) {
+    run(n * pv_groups_per_query, [&](int64_t begin, int64_t end, int thread) {
       ThreadScratch scratch(pool, thread);
-      attend_heads(a, query0, scores.data(), begin, end, scratch.arena());
+      attend_groups(paths, a, query0, scores.data(), begin, end, scratch.arena());
     });
   }
 }
+
+void attend_avx2(const SparseAttentionArgs& a, ThreadPool* pool) {
+  static const FastPaths paths{score_rows_avx2, pv_block_avx2};
+  attend_fast(paths, a, pool);
+}
+
+void attend_avx512(const SparseAttentionArgs& a, ThreadPool* pool) { attend_fast(avx512_paths(), a, pool); }
 
 }  // namespace
 
@@ -207,9 +390,19 @@ const SparseAttentionKernels& reference_sparse_attention() {
   return kernels;
 }
 
-const SparseAttentionKernels& best_sparse_attention() {
-  static const SparseAttentionKernels kernels{"heads16-threads", attend_best};
+const SparseAttentionKernels& avx2_sparse_attention() {
+  static const SparseAttentionKernels kernels{"heads16x8-avx2", attend_avx2};
   return kernels;
+}
+
+const SparseAttentionKernels* avx512_sparse_attention() {
+  static const SparseAttentionKernels kernels{"heads16x8-avx512", attend_avx512};
+  return avx512_paths().pv_block != nullptr ? &kernels : nullptr;
+}
+
+const SparseAttentionKernels& best_sparse_attention() {
+  const SparseAttentionKernels* avx512 = avx512_sparse_attention();
+  return avx512 != nullptr ? *avx512 : avx2_sparse_attention();
 }
 
 }  // namespace dsflash

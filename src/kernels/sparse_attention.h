@@ -45,9 +45,14 @@ struct SparseAttentionKernels {
 // The scalar oracle: dot products and P·V summed in K order (the reference uses BLAS there), the
 // denominator's Σ p_j in the reference's cascade order, single-threaded.
 const SparseAttentionKernels& reference_sparse_attention();
-// The oracle's bits, faster: the scores of 16 heads at a time in the vector lanes (each lane the oracle's
-// in-order dot product), P·V vectorised over dim in list order; threads over (query, group of 16 heads) for
-// the scores, then over (query, head) for the softmax and P·V.
+// The oracle's bits, faster. Scores: 16 heads in the vector lanes (each lane the oracle's in-order dot
+// product), 8 rows per pass, threads over (query, group of 16 heads). Softmax and P·V: threads over (query,
+// group of 8 heads); per block of 64 entries each head's softmax step as the oracle's (exp vectorised with
+// the same operations), then the group's P·V with each row chunk loaded once for the 8 heads and the
+// accumulators [heads x dims] in registers, every element summed in list order.
+// best: the AVX-512 table where the CPU has AVX-512 F/BW/VL/DQ, else the AVX2 one (the build baseline).
 const SparseAttentionKernels& best_sparse_attention();
+const SparseAttentionKernels& avx2_sparse_attention();
+const SparseAttentionKernels* avx512_sparse_attention();  // nullptr when the CPU lacks AVX-512
 
 }  // namespace dsflash

@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "formats/formats.h"
 #include "kernels/sparse_attention.h"
+#include "kernels/torch_exp.h"
 
 namespace dsflash {
 namespace {
@@ -230,6 +231,106 @@ void check_batch(int heads, int64_t dim, int64_t entries, int64_t queries) {
 TEST(SparseAttention, BestIsBitExactWithReferenceOnBatches) {
   check_batch(20, 64, 150, 3);
   check_batch(20, 16, 30000, 3);
+}
+
+// The fast tables (AVX2, and AVX-512 where the CPU has it) against the oracle, memcmp of the outputs, on
+// ragged shapes: head counts around the P·V groups of 8 and the score groups of 16; dims with a tail past the
+// vector chunks (72 = 2 x 32 + 8); lists around the 64-entry blocks, with scattered -1 entries, a whole block
+// of -1 entries (640) or a last block of only -1 (65), and one query of only -1 entries; 1 and 5 queries
+// (each with its own list order); no pool and pools of 1 and 3 threads. Scores spread widely with the larger
+// scale (probabilities underflow through SLEEF's x < -104 branch); heads x block not a multiple of 16 puts the
+// tensor's tail on std::exp.
+TEST(SparseAttention, FastTablesAreBitExactOnRaggedShapes) {
+  std::vector<const SparseAttentionKernels*> tables{&avx2_sparse_attention()};
+  if (const SparseAttentionKernels* avx512 = avx512_sparse_attention()) tables.push_back(avx512);
+  ThreadPool one(1), three(3);
+  for (int heads : {1, 3, 16, 17, 64}) {
+    for (int64_t dim : {64, 72, 512}) {
+      for (int64_t entries : {1, 63, 64, 65, 640}) {
+        for (int64_t queries : {1, 5}) {
+          const uint32_t seed = static_cast<uint32_t>(heads * 7919 + dim * 131 + entries * 17 + queries);
+          Problem p = make_problem(heads, dim, entries, 0.0, seed, 1.5f);
+          std::mt19937 rng(seed);
+          std::normal_distribution<float> normal(0.0f, 1.5f);
+          std::uniform_real_distribution<double> unit(0.0, 1.0);
+          std::vector<float> q(static_cast<size_t>(queries * heads * dim));
+          for (float& v : q) v = round_to_bf16(normal(rng));
+          std::vector<const float*> rows;
+          for (int64_t t = 0; t < queries; ++t) {
+            for (int64_t j = 0; j < entries; ++j) {
+              const int64_t shuffled = (j * 11 + t * 5) % entries;
+              const bool missing = unit(rng) < 0.15 || t == 3 || (entries == 640 && j >= 128 && j < 192) ||
+                                   (entries == 65 && j == 64 && t % 2 == 1);
+              rows.push_back(missing ? nullptr : &p.kv[static_cast<size_t>(shuffled * dim)]);
+            }
+          }
+          const float scale = dim == 72 ? 0.5f : 1.0f / std::sqrt(static_cast<float>(dim));
+          auto attend = [&](const SparseAttentionKernels& k, ThreadPool* pool) {
+            std::vector<float> out(q.size(), -7.0f);
+            SparseAttentionArgs a;
+            a.q = q.data();
+            a.rows = rows.data();
+            a.sink = p.sink.data();
+            a.out = out.data();
+            a.num_queries = queries;
+            a.num_entries = entries;
+            a.heads = heads;
+            a.dim = dim;
+            a.scale = scale;
+            k.attend(a, pool);
+            return out;
+          };
+          const std::vector<float> ref = attend(reference_sparse_attention(), nullptr);
+          const std::string what = "heads " + std::to_string(heads) + " dim " + std::to_string(dim) + " entries " +
+                                   std::to_string(entries) + " queries " + std::to_string(queries);
+          for (const SparseAttentionKernels* k : tables) {
+            expect_bits_equal(attend(*k, nullptr), ref, std::string(k->name) + " " + what);
+            expect_bits_equal(attend(*k, &one), ref, std::string(k->name) + " pool 1 " + what);
+            expect_bits_equal(attend(*k, &three), ref, std::string(k->name) + " pool 3 " + what);
+          }
+        }
+      }
+    }
+  }
+}
+
+// SLEEF and std::exp disagree now and then, rarely enough to slip past random inputs, so this case is built:
+// a score difference x where the two give different bf16 probabilities, on 3 heads x 6 entries (an [heads,
+// block] tensor of 18: head 2's entries 4 and 5 are its std::exp tail, everything else SLEEF). Every head has
+// the same query; entry 0 is a zero row scoring 0, entries 1..5 one row scoring x. The oracle's head 2 then
+// differs from its heads 0 and 1 (the case is sensitive), and the fast tables must give the oracle's bits.
+TEST(SparseAttention, FastTablesTakeExpPathsByTensorPosition) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-8.0f, -0.01f);
+  float x = 0.0f;
+  for (int tries = 0; tries < 50000000 && x == 0.0f; ++tries) {
+    const float candidate = uniform(rng);
+    if (round_to_bf16(sleef_expf_u10(candidate)) != round_to_bf16(std::exp(candidate))) x = candidate;
+  }
+  ASSERT_NE(x, 0.0f) << "no score difference found where SLEEF and std::exp round to different bf16";
+  const int heads = 3;
+  const int64_t dim = 16, entries = 6;
+  Problem p;
+  p.heads = heads;
+  p.dim = dim;
+  p.entries = entries;
+  p.q.assign(static_cast<size_t>(heads * dim), 0.0f);
+  for (int h = 0; h < heads; ++h) p.q[static_cast<size_t>(h * dim)] = -1.0f;
+  p.kv.assign(static_cast<size_t>(2 * dim), 0.0f);
+  p.kv[static_cast<size_t>(dim)] = 1.0f;  // score (q · row) * scale = -1 * -x = x
+  p.sink.assign(heads, -1.0f);
+  p.rows = {&p.kv[0]};
+  for (int64_t j = 1; j < entries; ++j) p.rows.push_back(&p.kv[static_cast<size_t>(dim)]);
+  const std::vector<float> ref = run(p, reference_sparse_attention(), -x);
+  EXPECT_EQ(ref[0], ref[static_cast<size_t>(dim)]);           // heads 0 and 1: SLEEF only
+  EXPECT_NE(ref[0], ref[static_cast<size_t>(2 * dim)]) << x;  // head 2: its tail on std::exp
+  ThreadPool pool(3);
+  std::vector<const SparseAttentionKernels*> tables{&avx2_sparse_attention()};
+  if (const SparseAttentionKernels* avx512 = avx512_sparse_attention()) tables.push_back(avx512);
+  for (const SparseAttentionKernels* k : tables) {
+    expect_bits_equal(run(p, *k, -x), ref, std::string(k->name) + " exp paths");
+    expect_bits_equal(run(p, *k, -x, &pool), ref, std::string(k->name) + " exp paths, pool 3");
+  }
 }
 
 }  // namespace
