@@ -59,10 +59,11 @@ void hc_mixes_avx512(const float* streams, int64_t num_tokens, const HcSiteWeigh
   hc_mixes_with(dots, streams, num_tokens, site, shape, pre, post, comb, pool);
 }
 
+// The SIMD tables' hc_pre / hc_post: the AVX2 kernels, tokens split over the pool.
 void hc_pre_threaded(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out,
                      ThreadPool* pool) {
   over_rows(num_tokens, pool, [&](int64_t begin, int64_t end) {
-    hc_pre(streams + begin * hc * dim, end - begin, hc, dim, pre_mix + begin * hc, out + begin * dim);
+    hc_pre_avx2(streams + begin * hc * dim, end - begin, hc, dim, pre_mix + begin * hc, out + begin * dim);
   });
 }
 void hc_pre_single(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out,
@@ -73,8 +74,8 @@ void hc_pre_single(const float* streams, int64_t num_tokens, int hc, int64_t dim
 void hc_post_threaded(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim,
                       const float* post, const float* comb, float* out, ThreadPool* pool) {
   over_rows(num_tokens, pool, [&](int64_t begin, int64_t end) {
-    hc_post(y + begin * dim, residual + begin * hc * dim, end - begin, hc, dim, post + begin * hc,
-            comb + begin * hc * hc, out + begin * hc * dim);
+    hc_post_avx2(y + begin * dim, residual + begin * hc * dim, end - begin, hc, dim, post + begin * hc,
+                 comb + begin * hc * hc, out + begin * hc * dim);
   });
 }
 void hc_post_single(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim,

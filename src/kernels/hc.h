@@ -68,4 +68,9 @@ void hc_pre(const float* streams, int64_t num_tokens, int hc, int64_t dim, const
 void hc_post(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim, const float* post,
              const float* comb, float* out);
 
+// hc_pre / hc_post in AVX2 vectors over dim (kernels/hc_pre_post.cpp), the same bits.
+void hc_pre_avx2(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out);
+void hc_post_avx2(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim, const float* post,
+                  const float* comb, float* out);
+
 }  // namespace dsflash

@@ -1,5 +1,6 @@
-// The SIMD fn products of hc_mixes (kernels/hc.h HcMixDots) and the vectorised RMS statistic
-// (cascade_sum_squares_avx2) against their scalar references, bit for bit, on ragged shapes. The data is chosen so
+// The SIMD fn products of hc_mixes (kernels/hc.h HcMixDots), the vectorised RMS statistic
+// (cascade_sum_squares_avx2) and the AVX2 hc_pre / hc_post against their scalar references, bit for bit, on
+// ragged shapes. The data is chosen so
 // that summing in another order, or fusing a product into its add (FMA), changes the bits; the test checks that
 // too, so it cannot pass on data that would hide such a kernel.
 #include <gtest/gtest.h>
@@ -105,6 +106,55 @@ TEST(HcMixDots, CascadeSumSquaresAvx2BitForBit) {
     const float want = cascade_sum_squares(x.data(), n, kReferenceReduceWidth);
     const float got = cascade_sum_squares_avx2(x.data(), n);
     ASSERT_TRUE(same_bits(got, want)) << "n " << n << ": " << got << " vs " << want;
+  }
+}
+
+// Ragged values plus the cases bf16 rounding treats apart: signed zeros, infinities, NaN, fp32 values just below
+// the bf16 overflow, exact ties between two bf16 values.
+std::vector<float> edgy_values(std::mt19937& rng, int64_t n) {
+  std::vector<float> v = ragged_values(rng, n);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3.3895e38f, -3.3895e38f, 1.00390625f, -1.01171875f};
+  for (size_t i = 0; i < v.size(); i += 5) v[i] = specials[rng() % std::size(specials)];
+  return v;
+}
+
+// Bit for bit, except that any NaN matches any NaN: when both operands of an add are NaN, x86 returns the first
+// one, and which operand of the scalar reference's commutative `acc += p * x` comes first is the compiler's choice
+// (with this build the reference keeps the product's NaN where the AVX2 kernel keeps the sum's), so the
+// reference itself does not fix a NaN's sign or payload.
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i]) && std::isnan(want[i])) continue;
+    uint32_t g, w;
+    std::memcpy(&g, &got[i], 4);
+    std::memcpy(&w, &want[i], 4);
+    ASSERT_EQ(g, w) << what << " at " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+TEST(HcPrePostSimd, Avx2EqualsReferenceBitForBit) {
+  std::mt19937 rng(43);
+  for (int hc : {1, 2, 4}) {
+    for (int64_t dim : {1, 7, 8, 9, 33, 100}) {
+      for (int64_t tokens : {1, 3, 17}) {
+        const std::string what = "hc " + std::to_string(hc) + " dim " + std::to_string(dim) + " tokens " +
+                                 std::to_string(tokens);
+        const std::vector<float> streams = edgy_values(rng, tokens * hc * dim);
+        const std::vector<float> mix = ragged_values(rng, tokens * hc);
+        const std::vector<float> comb = ragged_values(rng, tokens * hc * hc);
+        const std::vector<float> y = edgy_values(rng, tokens * dim);
+        std::vector<float> want(static_cast<size_t>(tokens * dim)), got(want.size(), -1.0f);
+        hc_pre(streams.data(), tokens, hc, dim, mix.data(), want.data());
+        hc_pre_avx2(streams.data(), tokens, hc, dim, mix.data(), got.data());
+        expect_same_bits(got, want, "hc_pre " + what);
+        want.assign(streams.size(), 0.0f);
+        got.assign(streams.size(), -1.0f);
+        hc_post(y.data(), streams.data(), tokens, hc, dim, mix.data(), comb.data(), want.data());
+        hc_post_avx2(y.data(), streams.data(), tokens, hc, dim, mix.data(), comb.data(), got.data());
+        expect_same_bits(got, want, "hc_post " + what);
+      }
+    }
   }
 }
 
