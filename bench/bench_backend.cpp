@@ -214,7 +214,10 @@ void register_all() {
   };
   for (const auto& [entry, fn] : entries) {
     for (const Backend* b : available_backends()) {
-      for (int64_t tokens : {1, 32}) {
+      // hc_mixes also at a batched-decode and two prefill sizes: its SIMD kernel picks lanes by token count.
+      const std::vector<int64_t> token_counts =
+          std::string(entry) == "hc_mixes" ? std::vector<int64_t>{1, 16, 32, 64, 256} : std::vector<int64_t>{1, 32};
+      for (int64_t tokens : token_counts) {
         const std::string name = std::string(entry) + "/" + b->name + "/tokens:" + std::to_string(tokens);
         benchmark::RegisterBenchmark(name.c_str(), fn, b, tokens)->Unit(benchmark::kMicrosecond);
       }

@@ -42,19 +42,28 @@ void rmsnorm_single(const float* x, int64_t rows, int64_t dim, const uint16_t* w
   rmsnorm_bf16(x, rows, dim, weight, eps, out, nullptr);
 }
 
-void hc_mixes_threaded(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape,
-                       float* pre, float* post, float* comb, ThreadPool* pool) {
-  hc_mixes(streams, num_tokens, site, shape, pre, post, comb, pool);
-}
 void hc_mixes_single(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape,
                      float* pre, float* post, float* comb, ThreadPool*) {
   hc_mixes(streams, num_tokens, site, shape, pre, post, comb, nullptr);
 }
 
+// The SIMD tables' hc_mixes: the fn products in vector lanes (kernels/hc.h HcMixDots), the same bits.
+void hc_mixes_avx2(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape,
+                   float* pre, float* post, float* comb, ThreadPool* pool) {
+  static const HcMixDots dots = hc_mix_dots_avx2();
+  hc_mixes_with(dots, streams, num_tokens, site, shape, pre, post, comb, pool);
+}
+void hc_mixes_avx512(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape,
+                     float* pre, float* post, float* comb, ThreadPool* pool) {
+  static const HcMixDots dots = hc_mix_dots_avx512();
+  hc_mixes_with(dots, streams, num_tokens, site, shape, pre, post, comb, pool);
+}
+
+// The SIMD tables' hc_pre / hc_post: the AVX2 kernels, tokens split over the pool.
 void hc_pre_threaded(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out,
                      ThreadPool* pool) {
   over_rows(num_tokens, pool, [&](int64_t begin, int64_t end) {
-    hc_pre(streams + begin * hc * dim, end - begin, hc, dim, pre_mix + begin * hc, out + begin * dim);
+    hc_pre_avx2(streams + begin * hc * dim, end - begin, hc, dim, pre_mix + begin * hc, out + begin * dim);
   });
 }
 void hc_pre_single(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out,
@@ -65,8 +74,8 @@ void hc_pre_single(const float* streams, int64_t num_tokens, int hc, int64_t dim
 void hc_post_threaded(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim,
                       const float* post, const float* comb, float* out, ThreadPool* pool) {
   over_rows(num_tokens, pool, [&](int64_t begin, int64_t end) {
-    hc_post(y + begin * dim, residual + begin * hc * dim, end - begin, hc, dim, post + begin * hc,
-            comb + begin * hc * hc, out + begin * hc * dim);
+    hc_post_avx2(y + begin * dim, residual + begin * hc * dim, end - begin, hc, dim, post + begin * hc,
+                 comb + begin * hc * hc, out + begin * hc * dim);
   });
 }
 void hc_post_single(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim,
@@ -100,7 +109,7 @@ Backend simd_backend(const char* name) {
       .linear_fp8 = fused_linear_fp8<kTable>,
       .linear_fp4 = fused_linear_fp4<kTable>,
       .rmsnorm_bf16 = rmsnorm_threaded,
-      .hc_mixes = hc_mixes_threaded,
+      .hc_mixes = hc_mixes_avx2,
       .hc_pre = hc_pre_threaded,
       .hc_post = hc_post_threaded,
       .rope_rotate = rope_rotate_pairs,
@@ -123,6 +132,7 @@ const Backend* avx512_backend() {
   static const Backend backend = [] {
     Backend b = simd_backend<linear_impl::avx512_kernels>("avx512");
     if (IndexScoreRowsKernel exact = index_scores_rows_vnni()) b.index_scores_rows = exact;
+    if (hc_mix_dots_avx512() != nullptr) b.hc_mixes = hc_mixes_avx512;
     return b;
   }();
   return &backend;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -66,30 +67,17 @@ void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base
   }
 }
 
-void hc_mixes(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape, float* pre,
-              float* post, float* comb, ThreadPool* pool) {
-  const int hc = shape.hc;
-  const int mix_count = shape.mix_count();
-  const int64_t flat = hc * shape.dim;
-  auto run = [&](int64_t begin, int64_t end, int thread) {
-    ThreadScratch scratch(pool, thread);
-    const std::span<float> mixes = scratch.take<float>(static_cast<size_t>(mix_count));  // [(2+hc)*hc]
+void hc_mix_dots_reference(const float* streams, int64_t num_tokens, const float* fn, int mix_count, int64_t flat,
+                           float* dots, ThreadPool* pool) {
+  auto run = [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const float* x = streams + t * flat;
-      const float mean_square = cascade_sum_squares(x, flat) / static_cast<float>(flat);
-      const float inv_rms = 1.0f / std::sqrt(mean_square + shape.norm_eps);
       for (int m = 0; m < mix_count; ++m) {
-        const float* w = site.fn + m * flat;
+        const float* w = fn + m * flat;
         float acc = 0.0f;
         for (int64_t i = 0; i < flat; ++i) acc += x[i] * w[i];
-        mixes[static_cast<size_t>(m)] = acc * inv_rms;
+        dots[t * mix_count + m] = acc;
       }
-      // The reference applies sigmoid to the whole [tokens, hc] tensor: elements past the last full 16-float
-      // chunk take its scalar path.
-      const int64_t vector_end = (num_tokens * hc / kTorchVectorChunk) * kTorchVectorChunk;
-      const int scalar_from = static_cast<int>(std::clamp<int64_t>(vector_end - t * hc, 0, hc));
-      hc_split_sinkhorn(mixes.data(), site.scale, site.base, shape, pre + t * hc, post + t * hc,
-                        comb + t * hc * hc, scalar_from);
     }
   };
   if (pool != nullptr && num_tokens > 1) {
@@ -97,6 +85,55 @@ void hc_mixes(const float* streams, int64_t num_tokens, const HcSiteWeights& sit
   } else {
     run(0, num_tokens, 0);
   }
+}
+
+namespace {
+
+// dots [tokens, mix_count] from `dots_kernel`, then per token: mixes = dots * rsqrt(mean(flat²) + norm_eps) and
+// the Sinkhorn split. sum_squares(x, n) must equal cascade_sum_squares(x, n) (kReferenceReduceWidth).
+void hc_mixes_impl(HcMixDots dots_kernel, float (*sum_squares)(const float*, int64_t), const float* streams,
+                   int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape, float* pre, float* post,
+                   float* comb, ThreadPool* pool) {
+  const int hc = shape.hc;
+  const int mix_count = shape.mix_count();
+  const int64_t flat = hc * shape.dim;
+  ThreadScratch scratch(pool, 0);
+  const std::span<float> dots = scratch.take<float>(static_cast<size_t>(std::max<int64_t>(1, num_tokens * mix_count)));
+  dots_kernel(streams, num_tokens, site.fn, mix_count, flat, dots.data(), pool);
+  auto run = [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* x = streams + t * flat;
+      const float mean_square = sum_squares(x, flat) / static_cast<float>(flat);
+      const float inv_rms = 1.0f / std::sqrt(mean_square + shape.norm_eps);
+      float* mixes = dots.data() + t * mix_count;  // [(2+hc)*hc], scaled in place
+      for (int m = 0; m < mix_count; ++m) mixes[m] = mixes[m] * inv_rms;
+      // The reference applies sigmoid to the whole [tokens, hc] tensor: elements past the last full 16-float
+      // chunk take its scalar path.
+      const int64_t vector_end = (num_tokens * hc / kTorchVectorChunk) * kTorchVectorChunk;
+      const int scalar_from = static_cast<int>(std::clamp<int64_t>(vector_end - t * hc, 0, hc));
+      hc_split_sinkhorn(mixes, site.scale, site.base, shape, pre + t * hc, post + t * hc, comb + t * hc * hc,
+                        scalar_from);
+    }
+  };
+  if (pool != nullptr && num_tokens > 1) {
+    pool->parallel_for(num_tokens, run);
+  } else {
+    run(0, num_tokens, 0);
+  }
+}
+
+float scalar_sum_squares(const float* x, int64_t n) { return cascade_sum_squares(x, n, kReferenceReduceWidth); }
+
+}  // namespace
+
+void hc_mixes(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape, float* pre,
+              float* post, float* comb, ThreadPool* pool) {
+  hc_mixes_impl(hc_mix_dots_reference, scalar_sum_squares, streams, num_tokens, site, shape, pre, post, comb, pool);
+}
+
+void hc_mixes_with(HcMixDots dots, const float* streams, int64_t num_tokens, const HcSiteWeights& site,
+                   const HcShape& shape, float* pre, float* post, float* comb, ThreadPool* pool) {
+  hc_mixes_impl(dots, cascade_sum_squares_avx2, streams, num_tokens, site, shape, pre, post, comb, pool);
 }
 
 void hc_pre(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out) {

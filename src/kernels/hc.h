@@ -41,6 +41,25 @@ void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base
 void hc_mixes(const float* streams, int64_t num_tokens, const HcSiteWeights& site, const HcShape& shape, float* pre,
               float* post, float* comb, ThreadPool* pool = nullptr);
 
+// The fn products of hc_mixes: dots [tokens, mix_count] fp32, dots[t][m] = Σ_i x_t[i] * fn[m][i] over the
+// flat = hc*dim values of token t (streams [tokens, flat], fn [mix_count, flat]), summed i ascending from 0.0f,
+// each product rounded to fp32 before it is added (no FMA): one serial chain per (token, mix). The SIMD kernels run
+// many chains side by side in vector lanes and give the same bits. pool may be nullptr.
+using HcMixDots = void (*)(const float* streams, int64_t num_tokens, const float* fn, int mix_count, int64_t flat,
+                           float* dots, ThreadPool* pool);
+// The scalar chains (split over the pool by tokens).
+void hc_mix_dots_reference(const float* streams, int64_t num_tokens, const float* fn, int mix_count, int64_t flat,
+                           float* dots, ThreadPool* pool);
+// AVX2 (the build baseline): 8 tokens per vector, or 8 mixes per vector for the last few tokens (kernels/hc_dots.cpp).
+HcMixDots hc_mix_dots_avx2();
+// AVX-512F: 16 tokens per vector; nullptr when the CPU lacks AVX-512F.
+HcMixDots hc_mix_dots_avx512();
+
+// hc_mixes with the given dot kernel; the RMS statistic with cascade_sum_squares_avx2 (the same bits as the scalar
+// cascade_sum_squares). hc_mixes itself is this with the scalar pieces.
+void hc_mixes_with(HcMixDots dots, const float* streams, int64_t num_tokens, const HcSiteWeights& site,
+                   const HcShape& shape, float* pre, float* post, float* comb, ThreadPool* pool);
+
 // out [tokens, dim] = bf16( Σ_j pre_mix[j] * streams[j] ), j ascending, fp32 sum.
 void hc_pre(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out);
 
@@ -48,5 +67,10 @@ void hc_pre(const float* streams, int64_t num_tokens, int hc, int64_t dim, const
 // out must not alias residual.
 void hc_post(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim, const float* post,
              const float* comb, float* out);
+
+// hc_pre / hc_post in AVX2 vectors over dim (kernels/hc_pre_post.cpp), the same bits.
+void hc_pre_avx2(const float* streams, int64_t num_tokens, int hc, int64_t dim, const float* pre_mix, float* out);
+void hc_post_avx2(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim, const float* post,
+                  const float* comb, float* out);
 
 }  // namespace dsflash

@@ -1,5 +1,7 @@
 #include "kernels/reduce.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -85,6 +87,52 @@ float cascade_sum(const float* x, int64_t n, int vector_width) {
 
 float cascade_sum_squares(const float* x, int64_t n, int vector_width) {
   return cascade_sum_impl(n, vector_width, [x](int64_t i) { return x[i] * x[i]; });
+}
+
+float cascade_sum_squares_avx2(const float* x, int64_t n) {
+  static_assert(kReferenceReduceWidth == 8, "one __m256 per lane set");
+  constexpr int kWidth = 8;
+  constexpr int kIlp = 4;
+  constexpr int kLevels = 4;
+  if (n < kWidth) return cascade_sum_squares(x, n, kWidth);  // the scalar path: no vectors at all
+  const int64_t vectors = n / kWidth;
+  const int64_t groups = vectors / kIlp;
+  // cascade_stream's schedule over `groups` steps, for the kIlp streams at once: acc[k][level], 8 lanes each.
+  const int64_t level_power = std::max<int64_t>(4, ceil_log2(groups) / kLevels);
+  const int64_t level_step = int64_t{1} << level_power;
+  const int64_t level_mask = level_step - 1;
+  __m256 acc[kIlp][kLevels];
+  for (auto& stream : acc)
+    for (__m256& level : stream) level = _mm256_setzero_ps();
+  // Vector v holds x[v*8 .. v*8+7]; stream k of step i reads vector i*kIlp + k. Each square is rounded (no FMA).
+  auto square = [x](int64_t v) {
+    const __m256 a = _mm256_loadu_ps(x + v * kWidth);
+    return _mm256_mul_ps(a, a);
+  };
+  int64_t i = 0;
+  while (i + level_step <= groups) {
+    for (int64_t j = 0; j < level_step; ++j, ++i)
+      for (int k = 0; k < kIlp; ++k) acc[k][0] = _mm256_add_ps(acc[k][0], square(i * kIlp + k));
+    for (int j = 1; j < kLevels; ++j) {
+      for (int k = 0; k < kIlp; ++k) {
+        acc[k][j] = _mm256_add_ps(acc[k][j], acc[k][j - 1]);
+        acc[k][j - 1] = _mm256_setzero_ps();
+      }
+      if ((i & (level_mask << (j * level_power))) != 0) break;
+    }
+  }
+  for (; i < groups; ++i)
+    for (int k = 0; k < kIlp; ++k) acc[k][0] = _mm256_add_ps(acc[k][0], square(i * kIlp + k));
+  for (int k = 0; k < kIlp; ++k)
+    for (int j = 1; j < kLevels; ++j) acc[k][0] = _mm256_add_ps(acc[k][0], acc[k][j]);
+  for (int64_t v = groups * kIlp; v < vectors; ++v) acc[0][0] = _mm256_add_ps(acc[0][0], square(v));
+  for (int k = 1; k < kIlp; ++k) acc[0][0] = _mm256_add_ps(acc[0][0], acc[k][0]);
+  alignas(32) float lanes[kWidth];
+  _mm256_store_ps(lanes, acc[0][0]);
+  float total = 0.0f;
+  for (int64_t e = vectors * kWidth; e < n; ++e) total += x[e] * x[e];
+  for (float lane : lanes) total += lane;
+  return total;
 }
 
 // multi_row_sum's order: see reduce.h.

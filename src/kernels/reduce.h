@@ -21,6 +21,10 @@ float cascade_sum(const float* x, int64_t n, int vector_width = kReferenceReduce
 // Σ x[i]² (fp32; each square rounded to fp32 first, as `x.square()` does).
 float cascade_sum_squares(const float* x, int64_t n, int vector_width = kReferenceReduceWidth);
 
+// cascade_sum_squares(x, n) at kReferenceReduceWidth, the same bits: the 8 lanes are AVX2 vectors and the four
+// interleaved accumulators run side by side (which is what PyTorch itself does), instead of one lane at a time.
+float cascade_sum_squares_avx2(const float* x, int64_t n);
+
 // Σ values[i] (fp32) in PyTorch's CPU cascade order for a reduced dimension that is not the innermost one
 // (multi_row_sum): blocks of 2^level_power values into level 0, folded upwards. The indexer's sum over heads.
 float outer_cascade_sum(const float* values, int64_t n);
