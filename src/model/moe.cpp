@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/thread_pool.h"
 #include "formats/formats.h"
 #include "model/weight_binding.h"
 
@@ -11,6 +12,16 @@ namespace dsflash {
 namespace {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+// body(begin, end) over row ranges of [0, n): on the pool when there is one and more than one row.
+template <class Body>
+void over_rows(int64_t n, const ComputeContext& ctx, const Body& body) {
+  if (ctx.pool != nullptr && n > 1) {
+    ctx.pool->parallel_for(n, [&](int64_t begin, int64_t end, int) { body(begin, end); });
+  } else {
+    body(0, n);
+  }
+}
 
 Result<ExpertWeights> bind_expert(const Checkpoint& checkpoint, const std::string& prefix, int64_t dim,
                                   int64_t inter, bool fp4) {
@@ -175,20 +186,23 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
     ctx.backend->fp8_gemm(x, expert.w3_fp8, up.data(), ctx.pool);
   }
   // [n, inter]: GEMM outputs are bf16 in the reference, then fp32 SwiGLU with the clamps, weight, bf16.
-  for (int64_t i = 0; i < n; ++i) {
-    const float w = weighted ? row_weights[static_cast<size_t>(i)] : 1.0f;
-    for (int64_t j = 0; j < inter_dim_; ++j) {
-      float g = round_to_bf16(gate[static_cast<size_t>(i * inter_dim_ + j)]);
-      float u = round_to_bf16(up[static_cast<size_t>(i * inter_dim_ + j)]);
-      if (swiglu_limit_ > 0.0f) {
-        u = std::clamp(u, -swiglu_limit_, swiglu_limit_);
-        g = std::min(g, swiglu_limit_);
+  // Element-wise, so rows split over the pool give the same bits.
+  over_rows(n, ctx, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float w = weighted ? row_weights[static_cast<size_t>(i)] : 1.0f;
+      for (int64_t j = 0; j < inter_dim_; ++j) {
+        float g = round_to_bf16(gate[static_cast<size_t>(i * inter_dim_ + j)]);
+        float u = round_to_bf16(up[static_cast<size_t>(i * inter_dim_ + j)]);
+        if (swiglu_limit_ > 0.0f) {
+          u = std::clamp(u, -swiglu_limit_, swiglu_limit_);
+          g = std::min(g, swiglu_limit_);
+        }
+        float h = silu(g) * u;
+        if (weighted) h = w * h;
+        gate[static_cast<size_t>(i * inter_dim_ + j)] = round_to_bf16(h);
       }
-      float h = silu(g) * u;
-      if (weighted) h = w * h;
-      gate[static_cast<size_t>(i * inter_dim_ + j)] = round_to_bf16(h);
     }
-  }
+  });
   const std::span<uint8_t> h_codes = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_));        // e4m3
   const std::span<uint8_t> h_scales = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_ / 32));  // ue8m0
   ctx.backend->act_quant(gate.data(), n, inter_dim_, h_codes.data(), h_scales.data(), ctx.pool);
@@ -199,11 +213,14 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
   } else {
     ctx.backend->fp8_gemm(h, expert.w2_fp8, out.data(), ctx.pool);
   }
-  for (int64_t i = 0; i < n; ++i) {
-    float* dst = y + rows[static_cast<size_t>(i)] * dim_;
-    const float* src = out.data() + i * dim_;
-    for (int64_t c = 0; c < dim_; ++c) dst[c] += round_to_bf16(src[c]);
-  }
+  // Each token appears once among an expert's rows, so the rows' sums into y are independent.
+  over_rows(n, ctx, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* dst = y + rows[static_cast<size_t>(i)] * dim_;
+      const float* src = out.data() + i * dim_;
+      for (int64_t c = 0; c < dim_; ++c) dst[c] += round_to_bf16(src[c]);
+    }
+  });
 }
 
 void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext& ctx, float* out,
