@@ -7,23 +7,11 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/bf16_lanes.h"
 #include "kernels/hc.h"
 
 namespace dsflash {
 namespace {
-
-// round_to_bf16 on every lane (formats.cpp f32_to_bf16): ties to even, overflow to infinity; NaN keeps its sign and
-// top payload and is made quiet.
-inline __m256 round_bf16_lanes(__m256 x) {
-  const __m256i b = _mm256_castps_si256(x);
-  const __m256i top = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), top);
-  const __m256i quiet = _mm256_or_si256(_mm256_and_si256(b, top), _mm256_set1_epi32(0x00400000));
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)),
-                                         _mm256_set1_epi32(0x7f800000));  // |bits| < 2^31: the signed compare holds
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, quiet, nan));
-}
 
 // Lanes i < n set (n may exceed 8): the mask of _mm256_maskload_ps / _mm256_maskstore_ps.
 inline __m256i first_lanes(int64_t n) {
@@ -43,7 +31,7 @@ void hc_pre_avx2(const float* streams, int64_t num_tokens, int hc, int64_t dim, 
       __m256 acc = _mm256_setzero_ps();
       for (int j = 0; j < hc; ++j)
         acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(p[j]), _mm256_maskload_ps(x + j * dim + i, mask)));
-      _mm256_maskstore_ps(dst + i, mask, round_bf16_lanes(acc));
+      _mm256_maskstore_ps(dst + i, mask, round_bf16_x8(acc));
     }
   }
 }
@@ -65,7 +53,7 @@ void hc_post_avx2(const float* y, const float* residual, int64_t num_tokens, int
           mixed = _mm256_add_ps(mixed,
                                 _mm256_mul_ps(_mm256_set1_ps(c[j * hc + k]), _mm256_maskload_ps(r + j * dim + i, mask)));
         const __m256 value = _mm256_add_ps(_mm256_mul_ps(pk, _mm256_maskload_ps(yt + i, mask)), mixed);
-        _mm256_maskstore_ps(dst + k * dim + i, mask, round_bf16_lanes(value));
+        _mm256_maskstore_ps(dst + k * dim + i, mask, round_bf16_x8(value));
       }
     }
   }

@@ -14,6 +14,7 @@
 
 #include "formats/formats.h"
 #include "formats/quant.h"
+#include "kernels/bf16_lanes.h"
 #include "kernels/reduce.h"
 
 namespace dsflash {
@@ -97,24 +98,11 @@ struct Lanes256 {
   __m256 lo, hi;
 };
 
-// round_to_bf16 on every lane by integer arithmetic (formats.cpp f32_to_bf16): ties to even; NaN keeps its sign
-// and top payload and is made quiet. (vcvtneps2bf16 would flush subnormals, so it is not used.)
-__m256 round_bf16_256(__m256 x) {
-  const __m256i b = _mm256_castps_si256(x);
-  const __m256i top = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), top);
-  const __m256i quiet = _mm256_or_si256(_mm256_and_si256(b, top), _mm256_set1_epi32(0x00400000));
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)),
-                                         _mm256_set1_epi32(0x7f800000));  // |bits| < 2^31: the signed compare holds
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, quiet, nan));
-}
-
 // bf16(relu(bf16(dot)) * w) for one head: relu as max(0, x) returns x unless 0 > x, exactly std::max(x, 0.0f)
 // (-0.0 and NaN pass through).
 __m256 weighted_head_256(__m256 dot, __m256 w) {
-  const __m256 relu = _mm256_max_ps(_mm256_setzero_ps(), round_bf16_256(dot));
-  return round_bf16_256(_mm256_mul_ps(relu, w));
+  const __m256 relu = _mm256_max_ps(_mm256_setzero_ps(), round_bf16_x8(dot));
+  return round_bf16_x8(_mm256_mul_ps(relu, w));
 }
 
 Lanes256 weighted_head16_256(const float* dots, int h, float w) {
@@ -190,8 +178,8 @@ void weigh_heads16_avx2(const float* dots, const float* w, int heads, float* out
   }
   for (; i < heads; ++i) acc[0] = add256(acc[0], weighted_head16_256(dots, static_cast<int>(i), w[i]));
   for (int j = 1; j < CascadeSchedule::kLevels; ++j) acc[0] = add256(acc[0], acc[j]);
-  _mm256_storeu_ps(out, round_bf16_256(acc[0].lo));
-  _mm256_storeu_ps(out + 8, round_bf16_256(acc[0].hi));
+  _mm256_storeu_ps(out, round_bf16_x8(acc[0].lo));
+  _mm256_storeu_ps(out + 8, round_bf16_x8(acc[0].hi));
 }
 
 WeighHeads16Kernel weigh_heads16_avx512() {

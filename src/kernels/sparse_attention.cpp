@@ -10,6 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "formats/formats.h"
+#include "kernels/bf16_lanes.h"
 #include "kernels/index_score.h"
 #include "kernels/reduce.h"
 #include "kernels/sparse_attention_impl.h"
@@ -109,17 +110,6 @@ inline __m256 sleef_expf_u10_x8(__m256 x) {
                        _mm256_cmp_ps(x, _mm256_set1_ps(100.0f), _CMP_GT_OQ));
   u = _mm256_blendv_ps(u, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OQ));
   return _mm256_blendv_ps(u, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-
-// round_to_bf16 on 8 lanes (formats.cpp's f32_to_bf16: nearest, ties to even; NaN kept, made quiet).
-inline __m256 round_bf16_x8(__m256 x) {
-  const __m256i bits = _mm256_castps_si256(x);
-  const __m256i lowest_kept = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  const __m256i rounded =
-      _mm256_and_si256(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lowest_kept)), high);
-  const __m256i quiet_nan = _mm256_or_si256(_mm256_and_si256(bits, high), _mm256_set1_epi32(0x00400000));
-  return _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet_nan), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 // max(s[0..count)) for the block's online-softmax step, in 8 lanes. Differs from the oracle's in-order
