@@ -69,6 +69,7 @@ struct BenchOptions {
   int64_t chunk = 2048;
   int repetitions = 2;
   int threads = 0;
+  bool mlock = false;
   bool pin_threads = false;
   int64_t reserve_context = 1048576;
   bool json = false;
@@ -226,6 +227,7 @@ int run_bench(const BenchOptions& o) {
   LoadOptions lo;
   lo.num_threads = o.threads;
   lo.pin_threads = o.pin_threads;
+  lo.lock_weights = o.mlock;
   lo.kv_budget_bytes = int64_t{64} << 30;  // generous (pages are only backed when written)
   lo.prefill_tokens_per_step = o.chunk;
   lo.max_running = static_cast<int>(std::max<int64_t>(1, *std::max_element(o.batches.begin(), o.batches.end())));
@@ -598,6 +600,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-r,--repetitions", options->repetitions, "repetitions per figure");
   cmd->add_option("-t,--threads", options->threads, "worker threads (0: one per hardware thread)");
   cmd->add_flag("--pin-threads", options->pin_threads, "pin each worker thread to one CPU, spread over the NUMA nodes");
+  cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock: read in at load, never paged out; needs ulimit -l or root)");
   cmd->add_option("--reserve-context", options->reserve_context, "context whose global-KV reservation is reported");
   cmd->add_flag("--json", options->json, "one JSON object instead of the table");
   cmd->add_flag("--prefix-cache", options->prefix_cache,

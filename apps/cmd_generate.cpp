@@ -26,6 +26,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     std::vector<std::string> stops;
     bool reference = false, ids = false, stats = false, exact = false, no_prefix_cache = false;
     int threads = 0;
+    bool mlock = false;
     int speculative = 0;
     std::string cache_dir;
     int64_t cache_disk_bytes = int64_t{16} << 30;
@@ -51,6 +52,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
   cmd->add_flag("--exact", options->exact, "official full forward (all layers on all prompt tokens)");
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
+  cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock: read in at load, never paged out; needs ulimit -l or root)");
   add_prefix_cache_options(cmd, &options->cache_dir, &options->cache_disk_bytes, &options->no_prefix_cache);
   add_speculative_option(cmd, &options->speculative);
   cmd->callback([options, exit_code] {
@@ -66,6 +68,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     load.cache_disk_bytes = options->cache_disk_bytes;
     load.reference_kernels = options->reference;
     load.num_threads = options->threads;
+    load.lock_weights = options->mlock;
     auto engine = Engine::load(options->model_dir, load);
     if (!engine.ok()) return fail(engine.error().message);
     GenerationRequest request;

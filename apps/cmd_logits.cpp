@@ -75,6 +75,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     int64_t steps = 0;
     bool exact = false, reference = false;
     int threads = 0;
+    bool mlock = false;
     int speculative = 0;
   };
   auto options = std::make_shared<Options>();
@@ -90,6 +91,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--follow", options->follow, "ids fed at the decode steps instead of the greedy choice");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels (the oracle), single-threaded");
   cmd->add_option("--threads", options->threads, "worker threads of the fast path (0 = all)");
+  cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock: read in at load, never paged out; needs ulimit -l or root)");
   add_prefix_cache_options(cmd, &options->cache_dir, &options->cache_disk_bytes, &options->no_prefix_cache);
   add_speculative_option(cmd, &options->speculative);
   cmd->callback([options, exit_code] {
@@ -117,6 +119,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     load.cache_disk_bytes = options->cache_disk_bytes;
     load.reference_kernels = options->reference;
     load.num_threads = options->threads;
+    load.lock_weights = options->mlock;
     // One chunk for the whole prompt (the rows do not depend on it; one chunk is the official call shape).
     load.prefill_tokens_per_step = std::max<int64_t>(load.prefill_tokens_per_step, static_cast<int64_t>(prompt->size()));
     auto engine = Engine::load(options->model_dir, load);

@@ -27,6 +27,7 @@ struct ServeOptions {
   int64_t max_queue = 128;
   int64_t kv_mib = 1024;
   int threads = 0;
+  bool mlock = false;
   bool reference = false;
   int64_t cache_disk_bytes = int64_t{16} << 30;
   bool no_prefix_cache = false;
@@ -72,6 +73,7 @@ int run_serve(ServeOptions o) {
   LoadOptions load;
   load.reference_kernels = o.reference;
   load.num_threads = o.threads;
+  load.lock_weights = o.mlock;
   load.max_running = static_cast<int>(o.max_batch);
   load.max_requests = static_cast<int>(o.max_queue);
   load.kv_budget_bytes = o.kv_mib << 20;
@@ -136,6 +138,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       ->transform([](std::string v) { return std::to_string(std::stoll(v) << 20); });
   cmd->add_option("--shutdown-grace", options->server.shutdown_grace_s, "seconds in-flight requests get on SIGTERM");
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
+  cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock: read in at load, never paged out; needs ulimit -l or root)");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
   add_speculative_option(cmd, &options->server.speculative);
   cmd->callback([options, exit_code] { *exit_code = run_serve(*options); });

@@ -10,7 +10,9 @@
 // decode steps timed by the engine's step records. The bandwidth probes run before the request (the engine's loop
 // thread owns the steps, so probes can no longer sit between them).
 // Needs a checkpoint, e.g. `dsflash make-tiny --preset wide -o /tmp/wide`, then
-//   bench_decode --model=/tmp/wide [--steps=16] [--threads=0] [--context=32]
+//   bench_decode --model=DIR [--steps=16] [--threads=0] [--context=32] [--mlock=1]
+// --mlock=1 locks the weights in RAM (LoadOptions::lock_weights), so that a kernel reclaiming cold file pages
+// between runs cannot put disk reads into the timed steps.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -82,14 +84,16 @@ int run(int argc, char** argv) {
   const int steps = std::atoi(flag_value(argc, argv, "steps", "16").c_str());
   const int threads = std::atoi(flag_value(argc, argv, "threads", "0").c_str());
   const int context = std::atoi(flag_value(argc, argv, "context", "32").c_str());
+  const bool lock_weights = flag_value(argc, argv, "mlock", "0") == "1";
   if (model.empty() || steps <= 0 || context <= 0) {
     std::fprintf(stderr,
-                 "usage: bench_decode --model=DIR [--steps=16] [--threads=0] [--context=32]\n"
+                 "usage: bench_decode --model=DIR [--steps=16] [--threads=0] [--context=32] [--mlock=1]\n"
                  "  (make a model with: dsflash make-tiny --preset wide -o DIR)\n");
     return 2;
   }
   LoadOptions options;
   options.num_threads = threads;
+  options.lock_weights = lock_weights;
   auto engine = Engine::load(model, options);
   if (!engine.ok()) {
     std::fprintf(stderr, "bench_decode: %s\n", engine.error().message.c_str());

@@ -37,6 +37,9 @@ struct LoadOptions {
   bool reference_kernels = false;          // scalar reference kernels, single-threaded (the oracle)
   int num_threads = 0;                     // fast kernels: worker threads, 0 = one per hardware thread
   bool pin_threads = false;                // pin each worker to one CPU, spread over the NUMA nodes
+  // Lock the weights in RAM (mlock of the mapped shards: read in at load, never paged out). Needs a locked-memory
+  // limit (ulimit -l) of the checkpoint's size, or root.
+  bool lock_weights = false;
   int64_t kv_budget_bytes = int64_t{1} << 30;  // KV cache of all running requests (global pages + fixed state)
   int64_t kv_block_tokens = 64;            // positions per global-KV block
   int max_running = 16;                    // requests prefilling or decoding at once (decode batch bound)

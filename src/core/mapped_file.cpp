@@ -30,6 +30,16 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
+Status MappedFile::lock_in_memory() const {
+  if (data_ == nullptr || size_ == 0) return Status::Ok();
+  if (mlock(data_, size_) != 0) {
+    const int err = errno;
+    return Status::Error(path_ + ": cannot lock " + std::to_string(size_) + " bytes in memory: " + std::strerror(err) +
+                         (err == ENOMEM || err == EPERM ? " (the locked-memory limit, ulimit -l, is too low)" : ""));
+  }
+  return Status::Ok();
+}
+
 void MappedFile::release() {
   if (data_ != nullptr && size_ > 0) munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;

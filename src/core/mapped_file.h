@@ -23,6 +23,9 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Keeps the mapped pages in RAM (mlock: read in now if they are not, never paged out or reclaimed while the
+  // mapping lives). The error names the file and says why (e.g. RLIMIT_MEMLOCK: `ulimit -l`).
+  Status lock_in_memory() const;
 
  private:
   void release();

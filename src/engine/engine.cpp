@@ -90,6 +90,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   runner_options.reference = options.reference_kernels;
   runner_options.num_threads = options.num_threads;
   runner_options.pin_threads = options.pin_threads;
+  runner_options.lock_weights = options.lock_weights;
   auto runner = ModelRunner::open(model_dir, runner_options, [&](const char* stage, double f) { report(stage, f); });
   if (!runner.ok()) return load_error(runner.status().message());
   impl->runner = std::move(*runner);

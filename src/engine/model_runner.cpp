@@ -13,6 +13,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
   };
   auto checkpoint = Checkpoint::open(checkpoint_dir);
   if (!checkpoint.ok()) return checkpoint.status();
+  if (options.lock_weights) {
+    if (Status s = checkpoint->lock_in_memory(); !s.ok()) return s.with_context("locking the weights in memory");
+  }
   report("checkpoint", 0.3);
   std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(*checkpoint)));
   auto weights = ModelWeights::bind(runner->checkpoint_);

@@ -195,4 +195,11 @@ std::vector<const TensorView*> Checkpoint::all_tensors() const {
   return out;
 }
 
+Status Checkpoint::lock_in_memory() const {
+  for (const auto& shard : shards_) {
+    if (Status s = shard->lock_in_memory(); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 }  // namespace dsflash

@@ -51,6 +51,8 @@ class Checkpoint {
   const TensorView* find(const std::string& name) const;
   Result<const TensorView*> get(const std::string& name) const;  // error names the tensor and the dir
   std::vector<const TensorView*> all_tensors() const;
+  // Locks every shard's mapping in RAM (MappedFile::lock_in_memory); the error names the shard.
+  Status lock_in_memory() const;
 
  private:
   std::string dir_;

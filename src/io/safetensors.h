@@ -23,6 +23,7 @@ class SafetensorsFile {
   const TensorView* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return file_.path(); }
+  Status lock_in_memory() const { return file_.lock_in_memory(); }
 
  private:
   MappedFile file_;

@@ -10,6 +10,12 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
 
 #include "io/checkpoint.h"
 #include "io_test_util.h"
@@ -246,6 +252,54 @@ std::string open_error(const Synthetic& s) {
   auto ckpt = Checkpoint::open(s.dir().path());
   EXPECT_FALSE(ckpt.ok());
   return ckpt.ok() ? std::string() : ckpt.status().message();
+}
+
+// Pages of `view` in the page cache, and how many there are.
+std::pair<size_t, size_t> resident_pages(const TensorView& view) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(view.data) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(view.data) + view.num_bytes;
+  std::vector<unsigned char> flags((end - begin + page - 1) / page);
+  if (mincore(reinterpret_cast<void*>(begin), end - begin, flags.data()) != 0) return {0, flags.size()};
+  size_t resident = 0;
+  for (unsigned char f : flags) resident += f & 1;
+  return {resident, flags.size()};
+}
+
+// --mlock: on a private copy of a checkpoint whose pages were dropped from the page cache, locking reads every
+// tensor's pages in (and keeps them); the bytes are those of the file.
+TEST(CheckpointOpen, LockInMemoryBringsEveryTensorPageIn) {
+  ScratchDir dir;
+  for (const auto& entry : std::filesystem::directory_iterator(golden_checkpoint("tiny-a"))) {
+    if (entry.is_regular_file()) std::filesystem::copy_file(entry.path(), dir.file(entry.path().filename().string()));
+  }
+  auto ckpt = Checkpoint::open(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  // Drop the copy's pages from the page cache (clean them first; the mapping has touched none of the tensors').
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const int fd = ::open(entry.path().c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ::fsync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  const TensorView* largest = nullptr;
+  for (const TensorView* t : ckpt->all_tensors())
+    if (largest == nullptr || t->num_bytes > largest->num_bytes) largest = t;
+  ASSERT_NE(largest, nullptr);
+  const auto [cold, pages] = resident_pages(*largest);
+  ASSERT_LT(cold, pages) << "the copy's pages were not dropped: nothing to show";
+  const Status locked = ckpt->lock_in_memory();
+  ASSERT_TRUE(locked.ok()) << locked.message();
+  for (const TensorView* t : ckpt->all_tensors()) {
+    const auto [resident, total] = resident_pages(*t);
+    EXPECT_EQ(resident, total) << t->name;
+  }
+  auto reference = Checkpoint::open(golden_checkpoint("tiny-a"));
+  ASSERT_TRUE(reference.ok());
+  const TensorView* same = reference->find(largest->name);
+  ASSERT_NE(same, nullptr);
+  EXPECT_EQ(std::memcmp(same->data, largest->data, largest->num_bytes), 0);
 }
 
 TEST(CheckpointOpen, SyntheticCheckpointsOpenSingleAndSharded) {
