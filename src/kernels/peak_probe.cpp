@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <vector>
 
 namespace dsflash {
@@ -68,8 +69,9 @@ ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
   ReadPeak peak;
   const int64_t words = std::max<int64_t>(16, bytes / 8 / 16 * 16);  // whole 128-byte steps
   peak.bytes = words * 8;
-  std::vector<uint64_t> buffer(static_cast<size_t>(words));
-  // Written once by the threads that read it (first touch places the pages where they are read).
+  // Uninitialised (no page touched here): written once by the threads that read it, so that first touch places
+  // the pages where they are read.
+  const std::unique_ptr<uint64_t[]> buffer(new uint64_t[static_cast<size_t>(words)]);
   const int threads = pool != nullptr ? pool->num_threads() : 1;
   auto share = [&](int64_t t, int64_t* begin, int64_t* end) {
     const int64_t per = (words / threads + 15) / 16 * 16;
@@ -98,7 +100,7 @@ ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
     over_threads([&](int64_t t) {
       int64_t begin, end;
       share(t, &begin, &end);
-      sinks[static_cast<size_t>(t) * 8] += sum_words(buffer.data() + begin, end - begin);
+      sinks[static_cast<size_t>(t) * 8] += sum_words(buffer.get() + begin, end - begin);
     });
     peak.seconds = std::min(peak.seconds, std::chrono::duration<double>(Clock::now() - t0).count());
   }
