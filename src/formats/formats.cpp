@@ -14,8 +14,6 @@ namespace dsflash {
 namespace {
 
 constexpr uint32_t kSignMask = 0x80000000u;
-constexpr uint32_t kAbsMask = 0x7fffffffu;
-constexpr uint32_t kF32InfBits = 0x7f800000u;
 
 // Decoded value of every e4m3 code: exponent bias 7, exponent 0 = subnormal (m * 2^-9), 0x7f/0xff = NaN.
 constexpr float e4m3_value(uint8_t code) {
@@ -47,21 +45,6 @@ constexpr std::array<float, 16> kE2m1Values = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,
                                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 }  // namespace
-
-uint16_t f32_to_bf16(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  if ((bits & kAbsMask) > kF32InfBits) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // NaN: keep sign and payload top, force quiet
-  }
-  // Round to nearest, ties to even: add 0x7fff plus the lowest kept bit, then truncate. Overflow of the
-  // largest finite values carries into the exponent and gives infinity, as IEEE rounding does.
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
-
-float round_to_bf16(float value) { return bf16_to_f32(f32_to_bf16(value)); }
 
 void round_to_bf16_inplace(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
