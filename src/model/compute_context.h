@@ -14,8 +14,8 @@ class ThreadPool;
 
 // Optional wall-clock split of a forward call (`dsflash bench`), by phase, and the routed expert bytes it read.
 // Phases are exclusive: a phase opened inside another (the indexer's projections inside the indexer) charges its
-// time to itself and the time is not counted twice. Time outside every opened phase goes to kOther. Only the calling thread opens
-// phases (the pool's workers run inside them), so no locking. Numerics are untouched.
+// time to itself and the time is not counted twice. Time outside every opened phase goes to kOther. Only the
+// calling thread opens phases (the pool's workers run inside them), so no locking. Numerics are untouched.
 enum class ProfilePhase : int {
   kOther = 0,      // norms, mHC, rope, Engram lookups, compressor arithmetic, routing glue, ...
   kLinear = 1,     // every linear layer / matmul (the Backend's linears, with their activation quantisation)
