@@ -600,7 +600,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-r,--repetitions", options->repetitions, "repetitions per figure");
   cmd->add_option("-t,--threads", options->threads, "worker threads (0: one per hardware thread)");
   cmd->add_flag("--pin-threads", options->pin_threads, "pin each worker thread to one CPU, spread over the NUMA nodes");
-  cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock: read in at load, never paged out; needs ulimit -l or root)");
+  cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock; needs ulimit -l or root)");
   cmd->add_option("--reserve-context", options->reserve_context, "context whose global-KV reservation is reported");
   cmd->add_flag("--json", options->json, "one JSON object instead of the table");
   cmd->add_flag("--prefix-cache", options->prefix_cache,

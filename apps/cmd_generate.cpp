@@ -52,7 +52,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
   cmd->add_flag("--exact", options->exact, "official full forward (all layers on all prompt tokens)");
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
-  cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock: read in at load, never paged out; needs ulimit -l or root)");
+  cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock; needs ulimit -l or root)");
   add_prefix_cache_options(cmd, &options->cache_dir, &options->cache_disk_bytes, &options->no_prefix_cache);
   add_speculative_option(cmd, &options->speculative);
   cmd->callback([options, exit_code] {

@@ -138,7 +138,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       ->transform([](std::string v) { return std::to_string(std::stoll(v) << 20); });
   cmd->add_option("--shutdown-grace", options->server.shutdown_grace_s, "seconds in-flight requests get on SIGTERM");
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
-  cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock: read in at load, never paged out; needs ulimit -l or root)");
+  cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock; needs ulimit -l or root)");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
   add_speculative_option(cmd, &options->server.speculative);
   cmd->callback([options, exit_code] { *exit_code = run_serve(*options); });
