@@ -42,20 +42,28 @@ Problem make_problem(int heads, int64_t dim, int64_t entries, double missing, ui
   return p;
 }
 
-std::vector<float> run(const Problem& p, const SparseAttentionKernels& k, float scale, ThreadPool* pool = nullptr) {
-  std::vector<float> out(static_cast<size_t>(p.heads * p.dim));
+// One call of `k` on a batch: q [queries, heads, dim], rows [queries, entries] (nullptr = a -1 entry), sink
+// [heads]. The output starts at -7, a value no kernel writes, so an element left unwritten shows.
+std::vector<float> run_batch(const SparseAttentionKernels& k, const std::vector<float>& q,
+                             const std::vector<const float*>& rows, const std::vector<float>& sink, int64_t queries,
+                             int64_t entries, int heads, int64_t dim, float scale, ThreadPool* pool) {
+  std::vector<float> out(static_cast<size_t>(queries * heads * dim), -7.0f);
   SparseAttentionArgs a;
-  a.q = p.q.data();
-  a.rows = p.rows.data();
-  a.sink = p.sink.data();
+  a.q = q.data();
+  a.rows = rows.data();
+  a.sink = sink.data();
   a.out = out.data();
-  a.num_queries = 1;
-  a.num_entries = p.entries;
-  a.heads = p.heads;
-  a.dim = p.dim;
+  a.num_queries = queries;
+  a.num_entries = entries;
+  a.heads = heads;
+  a.dim = dim;
   a.scale = scale;
   k.attend(a, pool);
   return out;
+}
+
+std::vector<float> run(const Problem& p, const SparseAttentionKernels& k, float scale, ThreadPool* pool = nullptr) {
+  return run_batch(k, p.q, p.rows, p.sink, 1, p.entries, p.heads, p.dim, scale, pool);
 }
 
 // The formula in double: one global max (the online rescaling is exact in real arithmetic except for the
@@ -208,19 +216,7 @@ void check_batch(int heads, int64_t dim, int64_t entries, int64_t queries) {
     }
   }
   auto attend = [&](const SparseAttentionKernels& k, ThreadPool* with) {
-    std::vector<float> out(q.size(), -7.0f);
-    SparseAttentionArgs a;
-    a.q = q.data();
-    a.rows = rows.data();
-    a.sink = p.sink.data();
-    a.out = out.data();
-    a.num_queries = queries;
-    a.num_entries = entries;
-    a.heads = heads;
-    a.dim = dim;
-    a.scale = 0.125f;
-    k.attend(a, with);
-    return out;
+    return run_batch(k, q, rows, p.sink, queries, entries, heads, dim, 0.125f, with);
   };
   const std::vector<float> ref = attend(reference_sparse_attention(), nullptr);
   const std::string what = "batch of " + std::to_string(queries) + " x " + std::to_string(entries);
@@ -266,19 +262,7 @@ TEST(SparseAttention, FastTablesAreBitExactOnRaggedShapes) {
           }
           const float scale = dim == 72 ? 0.5f : 1.0f / std::sqrt(static_cast<float>(dim));
           auto attend = [&](const SparseAttentionKernels& k, ThreadPool* pool) {
-            std::vector<float> out(q.size(), -7.0f);
-            SparseAttentionArgs a;
-            a.q = q.data();
-            a.rows = rows.data();
-            a.sink = p.sink.data();
-            a.out = out.data();
-            a.num_queries = queries;
-            a.num_entries = entries;
-            a.heads = heads;
-            a.dim = dim;
-            a.scale = scale;
-            k.attend(a, pool);
-            return out;
+            return run_batch(k, q, rows, p.sink, queries, entries, heads, dim, scale, pool);
           };
           const std::vector<float> ref = attend(reference_sparse_attention(), nullptr);
           const std::string what = "heads " + std::to_string(heads) + " dim " + std::to_string(dim) + " entries " +
