@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSFLASH_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSFLASH_SANITIZE=ON -DDSFLASH_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$(nproc)"
 
 # halt_on_error: the first report ends the process (UBSan is built with -fno-sanitize-recover=undefined too), so

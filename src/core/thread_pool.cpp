@@ -63,7 +63,7 @@ void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
     return;
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  if (open_ || active_ > 0) {
+  if (busy_) {
     // Nested or concurrent use: the workers belong to the running job.
     lock.unlock();
     fn(0, n, 0);
@@ -77,6 +77,7 @@ void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
   job_n_ = n;
   job_grain_ = grain;
   next_chunk_.store(0, std::memory_order_relaxed);
+  busy_ = true;
   open_ = true;
   generation_.fetch_add(1, std::memory_order_release);
   lock.unlock();
@@ -88,6 +89,7 @@ void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
   open_ = false;
   work_done_.wait(lock, [this] { return active_ == 0; });
   job_ = nullptr;
+  busy_ = false;
 }
 
 void ThreadPool::worker_loop(int index) {

@@ -58,6 +58,10 @@ class ThreadPool {
   std::atomic<int64_t> next_chunk_{0};
   std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) for each job; workers spin on it briefly
   std::atomic<bool> stopping_{false};
+  // guarded by mutex_: a job runs, from its setup until its caller has seen the last worker leave. Not
+  // open_ || active_ > 0: between the last worker leaving and its caller waking, both are false, and a second
+  // caller taking the workers then would have its job cleared under it (and two callers waiting on work_done_).
+  bool busy_ = false;
   bool open_ = false;  // guarded by mutex_: workers may still join the current job
   int active_ = 0;     // guarded by mutex_: workers inside the current job
 

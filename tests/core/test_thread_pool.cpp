@@ -53,19 +53,25 @@ TEST(ThreadPool, NestedCallRunsInline) {
   EXPECT_EQ(total.load(), 120);
 }
 
+// Callers on three threads share two workers. The hard moment is a job's end: its last worker has left but its
+// caller has not yet woken; a second caller must not take the workers then (it would have its job cleared under
+// it, or two callers would wait for one wake-up and one would sleep forever).
 TEST(ThreadPool, ManyShortJobsAndConcurrentCallers) {
   ThreadPool pool(2);
+  constexpr int kCallers = 3;
+  constexpr int kReps = 10000;
   std::atomic<int64_t> sum{0};
   auto hammer = [&] {
-    for (int rep = 0; rep < 2000; ++rep)
+    for (int rep = 0; rep < kReps; ++rep)
       pool.parallel_for(64, [&](int64_t b, int64_t e, int) {
         for (int64_t i = b; i < e; ++i) sum += i;
       });
   };
-  std::thread other(hammer);
+  std::vector<std::thread> others;
+  for (int c = 1; c < kCallers; ++c) others.emplace_back(hammer);
   hammer();
-  other.join();
-  EXPECT_EQ(sum.load(), 2 * 2000 * (63 * 64 / 2));
+  for (auto& t : others) t.join();
+  EXPECT_EQ(sum.load(), int64_t{kCallers} * kReps * (63 * 64 / 2));
 }
 
 TEST(ThreadPool, UsesTheWorkersWhenWorkIsLong) {
