@@ -103,8 +103,9 @@ uint64_t read_bytes(const uint8_t* p, int64_t n, ThreadPool& pool) {
   return total;
 }
 
+// tile_major: FP8/FP4 weights repacked as the engine does at load for a table that prefers it (kernels/linear.h).
 void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearShape shape, int64_t rows,
-                int threads) {
+                int threads, bool tile_major) {
   ThreadPool pool(threads);
   const int64_t bytes = weight_bytes(shape);
   const int copies = static_cast<int>(std::max<int64_t>(2, (kMinCycledBytes + bytes - 1) / bytes));
@@ -122,6 +123,11 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
       const int64_t ns = shape.format == Format::kFp8 ? ((shape.out + 31) / 32) * (shape.in / 32)
                                                       : shape.out * (shape.in / 32);
       w[c].scales.assign(static_cast<size_t>(ns), 120);
+      if (tile_major) {
+        const int64_t row_bytes = n / shape.out;
+        std::vector<uint8_t> scratch(static_cast<size_t>(kTileMajorOutputs * row_bytes));
+        repack_tile_major(w[c].data.data(), shape.out, row_bytes, scratch.data());
+      }
     }
   }
   std::vector<uint8_t> x_codes(static_cast<size_t>(rows * shape.in)), x_scales(static_cast<size_t>(rows * shape.in / 32), 127);
@@ -136,10 +142,12 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   auto call = [&](const WeightCopy& wc) {
     switch (shape.format) {
       case Format::kFp8:
-        kernels->fp8_gemm(x, Fp8Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in}, y.data(), &pool);
+        kernels->fp8_gemm(x, Fp8Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in, tile_major}, y.data(),
+                          &pool);
         break;
       case Format::kFp4:
-        kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in}, y.data(), &pool);
+        kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in, tile_major}, y.data(),
+                          &pool);
         break;
       case Format::kBf16:
       case Format::kBf16Fp32x: {
@@ -189,13 +197,18 @@ void register_all(int threads) {
   for (const LinearKernels* k : sets) {
     const bool reference = std::string(k->name) == "reference";
     for (const LinearShape& s : kShapes)
-      for (int64_t rows : {1, 4, 16, 64, 256}) {
-        if (reference && rows > 1) continue;  // the scalar oracle is only timed at rows = 1
-        std::string name = std::string(k->name) + "/" + s.name + "/rows:" + std::to_string(rows);
-        benchmark::RegisterBenchmark(name.c_str(), run_linear, k, s, rows, threads)
-            ->UseManualTime()
-            ->Unit(benchmark::kMillisecond)
-            ->MinTime(rows >= 256 ? 1.0 : 0.5);
+      for (const bool tiled : {false, true}) {
+        // "_tiled": the layout the engine gives this table's FP8/FP4 weights at load.
+        if (tiled && (!k->prefers_tile_major || s.format == Format::kBf16 || s.format == Format::kBf16Fp32x)) continue;
+        for (int64_t rows : {1, 4, 16, 64, 256}) {
+          if (reference && rows > 1) continue;  // the scalar oracle is only timed at rows = 1
+          std::string name =
+              std::string(k->name) + "/" + s.name + (tiled ? "_tiled" : "") + "/rows:" + std::to_string(rows);
+          benchmark::RegisterBenchmark(name.c_str(), run_linear, k, s, rows, threads, tiled)
+              ->UseManualTime()
+              ->Unit(benchmark::kMillisecond)
+              ->MinTime(rows >= 256 ? 1.0 : 0.5);
+        }
       }
   }
 }

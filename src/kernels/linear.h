@@ -19,12 +19,33 @@ struct Fp8Activations {
   int64_t k = 0;
 };
 
+// Byte order of FP8 codes / FP4 packed bytes, rows of row_bytes (in for FP8, in/2 for FP4) per output.
+// Row-major (the checkpoint's): output o's byte c at o * row_bytes + c.
+// Tile-major (a load-time repack for kernels that read 16 outputs at a time): every 16 outputs
+// [16, row_bytes] become [row_bytes/64][16][64]: byte c of output 16t + i at
+// 16t * row_bytes + (c/64) * 1024 + i * 64 + c%64. A decode step then reads each tile as one forward stream
+// instead of 16 interleaved ones. Possible when out % 16 == 0 and row_bytes % 64 == 0; scales never move.
+constexpr int64_t kTileMajorOutputs = 16;
+constexpr int64_t kTileMajorGroupBytes = 64;
+inline bool tile_major_possible(int64_t out, int64_t row_bytes) {
+  return out > 0 && row_bytes > 0 && out % kTileMajorOutputs == 0 && row_bytes % kTileMajorGroupBytes == 0;
+}
+inline int64_t weight_byte_offset(int64_t o, int64_t c, int64_t row_bytes, bool tile_major) {
+  if (!tile_major) return o * row_bytes + c;
+  return (o - o % kTileMajorOutputs) * row_bytes + (c / kTileMajorGroupBytes) * kTileMajorOutputs * kTileMajorGroupBytes +
+         (o % kTileMajorOutputs) * kTileMajorGroupBytes + c % kTileMajorGroupBytes;
+}
+// Rewrites row-major bytes [out, row_bytes] as tile-major in place; tile_scratch holds 16 * row_bytes bytes.
+// Precondition: tile_major_possible(out, row_bytes).
+void repack_tile_major(uint8_t* bytes, int64_t out, int64_t row_bytes, uint8_t* tile_scratch);
+
 // FP8 linear weight: codes [out, in] e4m3, scales [ceil(out/32), ceil(in/32)] ue8m0 (one per 32x32 block).
 struct Fp8Weight {
   const uint8_t* codes = nullptr;
   const uint8_t* scales = nullptr;
   int64_t out = 0;
   int64_t in = 0;
+  bool tile_major = false;  // codes in tile-major order (see above)
 };
 
 // MXFP4 routed-expert weight: packed [out, in/2] e2m1 (low nibble = even k), scales [out, in/32] ue8m0.
@@ -33,6 +54,7 @@ struct Fp4Weight {
   const uint8_t* scales = nullptr;
   int64_t out = 0;
   int64_t in = 0;
+  bool tile_major = false;  // packed bytes in tile-major order (see above)
 };
 
 // BF16 weight [out, in] (also used for "promoted to fp32" weights: bf16 -> fp32 is exact).
@@ -52,6 +74,8 @@ struct Bf16Weight {
 // with fused multiply-adds; the SIMD sets sum 16 (or 8) lanes and reduce, within the reordering bound.
 struct LinearKernels {
   const char* name;
+  // Every table reads both weight orders; this one's FP8/FP4 kernels are fastest on tile-major weights.
+  bool prefers_tile_major;
   void (*fp8_gemm)(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool);
   void (*fp4_gemm)(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool);
   void (*bf16_gemm)(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);

@@ -79,6 +79,7 @@ struct GemmArgs {
   const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
   const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
   int64_t out = 0, in = 0, kb = 0, rows = 0;
+  bool tile_major = false;             // weight byte order (kernels/linear.h)
   const float* act = nullptr;          // [rows, in] fp32 values
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
   float* y = nullptr;                  // [rows, out]
@@ -103,10 +104,10 @@ void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
       for (int i = 0; i < kTile; ++i)
         for (int64_t b = b0; b < b1; ++b) {
           if constexpr (kFp4) {
-            fp4_block_to_f32(g.w + rows_o[i] * (g.in / 2) + b * 16, magnitudes, scratch[i][b - b0]);
+            fp4_block_to_f32(g.w + weight_byte_offset(rows_o[i], b * 16, g.in / 2, g.tile_major), magnitudes, scratch[i][b - b0]);
             sw[b - b0][i] = dt.e8m0_f32[g.w_scales[rows_o[i] * g.kb + b]];
           } else {
-            fp8_block_to_f32(g.w + rows_o[i] * g.in + b * 32, scratch[i][b - b0]);
+            fp8_block_to_f32(g.w + weight_byte_offset(rows_o[i], b * 32, g.in, g.tile_major), scratch[i][b - b0]);
             sw[b - b0][i] = dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]];
           }
         }
@@ -139,7 +140,7 @@ void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
 
 template <bool kFp4>
 void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
-                    float* y, ThreadPool* pool) {
+                    bool tile_major, float* y, ThreadPool* pool) {
   if (x.rows <= 0 || out <= 0) return;
   ThreadScratch scratch(pool, 0);
   const std::span<float> act = widen_activations(x, scratch);
@@ -149,6 +150,7 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   g.out = out;
   g.in = in;
   g.kb = in / 32;
+  g.tile_major = tile_major;
   g.rows = x.rows;
   g.act = act.data();
   g.act_scales = x.scales;
@@ -172,11 +174,11 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
 }
 
 void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
-  run_block_gemm<false>(x, w.codes, w.scales, w.out, w.in, y, pool);
+  run_block_gemm<false>(x, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool);
 }
 
 void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
-  run_block_gemm<true>(x, w.packed, w.scales, w.out, w.in, y, pool);
+  run_block_gemm<true>(x, w.packed, w.scales, w.out, w.in, w.tile_major, y, pool);
 }
 
 // BF16: 4 outputs x RT rows of 8-lane fp32 FMA accumulators; the K tail (< 8) is added in scalar FMAs.
@@ -233,7 +235,7 @@ void bf16_gemm_avx2(const float* x, int64_t rows, const Bf16Weight& w, float* y,
 const LinearKernels* avx2_kernels() {
   static const bool supported =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  static const LinearKernels kernels{"avx2", fp8_gemm_avx2, fp4_gemm_avx2, bf16_gemm_avx2};
+  static const LinearKernels kernels{"avx2", false, fp8_gemm_avx2, fp4_gemm_avx2, bf16_gemm_avx2};
   return supported ? &kernels : nullptr;
 }
 

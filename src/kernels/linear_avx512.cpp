@@ -96,6 +96,10 @@ struct GemmArgs {
   const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
   const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
   int64_t out = 0, in = 0, kb = 0, npairs = 0, rows = 0;
+  // Weight byte order (kernels/linear.h): byte c of output 16t + i at
+  // 16t * row_bytes + i * output_stride + (c/64) * group_stride + c%64.
+  // Row-major: output_stride = row_bytes, group_stride = 64; tile-major: 64 and 1024.
+  int64_t output_stride = 0, group_stride = 0;
   const uint16_t* act = nullptr;      // prepared [rows, npairs, 64] bf16
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
   float* y = nullptr;                 // [rows, out]
@@ -191,11 +195,10 @@ DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
   const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
   const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
   const int64_t row_bytes = g.in;
-  const int64_t pair_bytes = 64;
 
-  // Weights of output row `o`, block pair p -> W0, W1 (a lone last block reads only its own bytes).
-  auto convert = [&](int64_t o, int64_t p, bool half, __m512i* w0, __m512i* w1) DSFLASH_AVX512 {
-    const uint8_t* src = g.w + o * row_bytes + p * pair_bytes;
+  // Weights of output `row` (its first byte), block pair p -> W0, W1 (a lone last block reads only its own bytes).
+  auto convert = [&](const uint8_t* row, int64_t p, bool half, __m512i* w0, __m512i* w1) DSFLASH_AVX512 {
+    const uint8_t* src = row + p * g.group_stride;
     __m512i codes = half ? _mm512_maskz_loadu_epi8(0xffffffffull, src) : _mm512_loadu_si512(src);
     fp8_to_bf16(codes, lo0, lo1, hi0, hi1, w0, w1);
   };
@@ -210,7 +213,7 @@ DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
     const int64_t t = tile + q / g.npairs;
     if (t >= tile_end) return nullptr;
     const int64_t row0 = std::min(t * kTile, g.out - kTile >= 0 ? g.out - kTile : 0);
-    return g.w + row0 * row_bytes + (q % g.npairs) * pair_bytes;
+    return g.w + row0 * row_bytes + (q % g.npairs) * g.group_stride;
   };
 
   alignas(64) float sw[2 * kChunkPairs][kTile];                  // weight scales of the chunk's blocks
@@ -218,8 +221,8 @@ DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
     const int64_t o0 = tile * kTile;
     const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
     const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
-    int64_t rows_o[kTile];  // outputs past the end repeat the last one; their lanes are not stored
-    for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
+    const uint8_t* rows[kTile];  // outputs past the end repeat the last one; their lanes are not stored
+    for (int i = 0; i < kTile; ++i) rows[i] = g.w + o0 * row_bytes + std::min(i, n - 1) * g.output_stride;
 
     for (int64_t p0 = 0; p0 < g.npairs; p0 += kChunkPairs) {
       const int64_t p1 = std::min(g.npairs, p0 + kChunkPairs);
@@ -234,8 +237,8 @@ DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
         const uint8_t* ahead = prefetch_base(tile, p);
         auto dot = [&](int i) DSFLASH_AVX512 {
           __m512i w0, w1;
-          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
-          convert(rows_o[i], p, half, &w0, &w1);
+          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * g.output_stride), _MM_HINT_T0);
+          convert(rows[i], p, half, &w0, &w1);
           return dot_pair(w0, w1, a0, a1);
         };
         __m512 pb, pb1;
@@ -453,10 +456,13 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
   const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
   const int64_t block_bytes = kFp4 ? 16 : 32;
   const int64_t blocks_per_line = 64 / block_bytes;
-  // Weight rows of a tile: outputs past the end repeat the last one (their lanes are not stored).
+  // Weight rows of a tile (first bytes): outputs past the end repeat the last one (their lanes are not stored).
   auto tile_rows = [&](int64_t tile, const uint8_t** rows) {
-    for (int i = 0; i < kTile; ++i) rows[i] = g.w + std::min(tile * kTile + i, g.out - 1) * row_bytes;
+    for (int i = 0; i < kTile; ++i)
+      rows[i] = g.w + tile * kTile * row_bytes + std::min<int64_t>(i, g.out - 1 - tile * kTile) * g.output_stride;
   };
+  // Block b of an output, from its first byte.
+  auto block_offset = [&](int64_t b) { return (b / blocks_per_line) * g.group_stride + (b % blocks_per_line) * block_bytes; };
 
   alignas(64) float sw[2][kBlocksPerChunk][kTile];
   alignas(64) TileScratch scratch[2];
@@ -491,23 +497,22 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
         const uint8_t* next[kTile];
         bool have_next = true;
         if (b0 + kBlocksPerChunk < g.kb) {
-          for (int i = 0; i < kTile; ++i) next[i] = rows[t][i] + (b0 + kBlocksPerChunk) * block_bytes;
+          for (int i = 0; i < kTile; ++i) next[i] = rows[t][i] + block_offset(b0 + kBlocksPerChunk);
         } else if (tile + 2 + t < tile_end) {
           tile_rows(tile + 2 + t, next);
         } else {
           have_next = false;
         }
-        // Output i's block b at src + offsets[i] (one pointer to advance, not 16).
-        const uint8_t* src = rows[t][0] + b0 * block_bytes;
+        // Output i's block b at src + offsets[i] (one pointer to move, not 16).
         int64_t offsets[kTile];
         for (int i = 0; i < kTile; ++i) offsets[i] = rows[t][i] - rows[t][0];
         for (int b = 0; b < nb; ++b) {
           if (have_next && b % blocks_per_line == 0)
             for (int i = 0; i < kTile; ++i)
-              _mm_prefetch(reinterpret_cast<const char*>(next[i] + b * block_bytes), _MM_HINT_T0);
+              _mm_prefetch(reinterpret_cast<const char*>(next[i] + block_offset(b)), _MM_HINT_T0);
+          const uint8_t* src = rows[t][0] + block_offset(b0 + b);
           if constexpr (kFp4) convert_block_fp4(src, offsets, scratch[t] + 16 * b, fp4_gather, fp4_lo, fp4_hi);
           else convert_block_fp8(src, offsets, scratch[t] + 16 * b, at, lo0, lo1, hi0, hi1);
-          src += block_bytes;
         }
       }
       const float(*const sws[2])[kTile] = {sw[0], sw[1]};
@@ -607,7 +612,7 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
     const int64_t t = tile + q / groups;
     if (t >= tile_end) return nullptr;
     const int64_t row0 = std::min(t * kTile, g.out - kTile >= 0 ? g.out - kTile : 0);
-    return g.w + row0 * row_bytes + (q % groups) * 64;
+    return g.w + row0 * row_bytes + (q % groups) * g.group_stride;
   };
   alignas(64) float sw[4 * kFp4DecodeChunkGroups][kTile];
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
@@ -615,7 +620,11 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
     const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
     const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
     int64_t rows_o[kTile];
-    for (int i = 0; i < kTile; ++i) rows_o[i] = o0 + std::min(i, n - 1);
+    const uint8_t* rows[kTile];  // first bytes
+    for (int i = 0; i < kTile; ++i) {
+      rows_o[i] = o0 + std::min(i, n - 1);
+      rows[i] = g.w + o0 * row_bytes + std::min(i, n - 1) * g.output_stride;
+    }
     if (tile == tile_begin) prefetch_fp4_scales(g, tile);
     RowVecs<R> y;
     for (int k = 0; k < R; ++k) y.v[k] = _mm512_setzero_ps();
@@ -632,8 +641,8 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
         if (gi == std::max<int64_t>(0, groups - kFp4DecodeScaleLeadGroups) && tile + 1 < tile_end)
           prefetch_fp4_scales(g, tile + 1);
         auto dot = [&](int i) DSFLASH_AVX512 {
-          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
-          const uint8_t* src = g.w + rows_o[i] * row_bytes + gi * 64;
+          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * g.output_stride), _MM_HINT_T0);
+          const uint8_t* src = rows[i] + gi * g.group_stride;
           const __m512i raw = nblocks == 4 ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi8(load_mask, src);
           const __m512i w0 = _mm512_permutexvar_epi16(raw, table);
           const __m512i w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 4), table);
@@ -667,9 +676,12 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
 
 template <bool kFp4>
 void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
-                    float* y, ThreadPool* pool) {
+                    bool tile_major, float* y, ThreadPool* pool) {
   if (x.rows <= 0 || out <= 0) return;
   GemmArgs g;
+  const int64_t row_bytes = kFp4 ? in / 2 : in;
+  g.output_stride = tile_major ? kTileMajorGroupBytes : row_bytes;
+  g.group_stride = tile_major ? kTileMajorOutputs * kTileMajorGroupBytes : kTileMajorGroupBytes;
   g.w = w;
   g.w_scales = w_scales;
   g.out = out;
@@ -748,11 +760,11 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
 }
 
 void fp8_gemm_avx512(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
-  run_block_gemm<false>(x, w.codes, w.scales, w.out, w.in, y, pool);
+  run_block_gemm<false>(x, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool);
 }
 
 void fp4_gemm_avx512(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
-  run_block_gemm<true>(x, w.packed, w.scales, w.out, w.in, y, pool);
+  run_block_gemm<true>(x, w.packed, w.scales, w.out, w.in, w.tile_major, y, pool);
 }
 
 }  // namespace
@@ -761,7 +773,7 @@ const LinearKernels* avx512_kernels() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                                 __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
-  static const LinearKernels kernels{"avx512", fp8_gemm_avx512, fp4_gemm_avx512, bf16_gemm_avx512};
+  static const LinearKernels kernels{"avx512", true, fp8_gemm_avx512, fp4_gemm_avx512, bf16_gemm_avx512};
   return supported ? &kernels : nullptr;
 }
 

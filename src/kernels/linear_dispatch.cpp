@@ -1,4 +1,5 @@
 // Choice of the linear kernel set for this CPU (once, at first use) and the shape checks.
+#include <cstring>
 #include <string>
 
 #include "kernels/linear.h"
@@ -17,6 +18,18 @@ std::string shape_text(int64_t a, int64_t b) {
 }
 }  // namespace
 
+void repack_tile_major(uint8_t* bytes, int64_t out, int64_t row_bytes, uint8_t* tile_scratch) {
+  const int64_t tile_bytes = kTileMajorOutputs * row_bytes;
+  for (int64_t tile = 0; tile < out / kTileMajorOutputs; ++tile) {
+    uint8_t* base = bytes + tile * tile_bytes;
+    std::memcpy(tile_scratch, base, static_cast<size_t>(tile_bytes));
+    for (int64_t i = 0; i < kTileMajorOutputs; ++i)
+      for (int64_t c = 0; c < row_bytes; c += kTileMajorGroupBytes)
+        std::memcpy(base + weight_byte_offset(i, c, row_bytes, true), tile_scratch + i * row_bytes + c,
+                    static_cast<size_t>(kTileMajorGroupBytes));
+  }
+}
+
 Status check_fp8_linear(const Fp8Activations& x, const Fp8Weight& w) {
   if (x.k != w.in)
     return Status::Error("fp8 linear: activations " + shape_text(x.rows, x.k) + " do not match weight " +
@@ -25,6 +38,8 @@ Status check_fp8_linear(const Fp8Activations& x, const Fp8Weight& w) {
     return Status::Error("fp8 linear: weight " + shape_text(w.out, w.in) + ": in must be a positive multiple of 32");
   if (!w.codes || !w.scales || (x.rows > 0 && (!x.codes || !x.scales)))
     return Status::Error("fp8 linear: null data pointer");
+  if (w.tile_major && !tile_major_possible(w.out, w.in))
+    return Status::Error("fp8 linear: weight " + shape_text(w.out, w.in) + " cannot be tile-major");
   return Status::Ok();
 }
 
@@ -36,6 +51,8 @@ Status check_fp4_linear(const Fp8Activations& x, const Fp4Weight& w) {
     return Status::Error("fp4 linear: weight " + shape_text(w.out, w.in) + ": in must be a positive multiple of 32");
   if (!w.packed || !w.scales || (x.rows > 0 && (!x.codes || !x.scales)))
     return Status::Error("fp4 linear: null data pointer");
+  if (w.tile_major && !tile_major_possible(w.out, w.in / 2))
+    return Status::Error("fp4 linear: weight " + shape_text(w.out, w.in) + " cannot be tile-major");
   return Status::Ok();
 }
 

@@ -142,6 +142,42 @@ TEST(LinearFast, Bf16KeepsSubnormalActivations) {
   }
 }
 
+// Tile-major weights (a load-time repack, kernels/linear.h) give every table the bits it gives on the checkpoint's
+// row-major bytes: the decode paths (FP8 1 row, MXFP4 1-4 rows) and the multi-row path, alone and threaded.
+TEST(LinearFast, TileMajorWeightsGiveTheSameBits) {
+  const Shape shapes[] = {{1, 16, 128}, {1, 48, 1280}, {2, 32, 256}, {3, 160, 2176}, {4, 16, 128},
+                          {5, 48, 384},  {8, 32, 1280}, {16, 64, 2176}, {33, 16, 256}, {300, 48, 128}};
+  ThreadPool pool(2);
+  for (const LinearKernels* k : linear_impl::available_kernels()) {
+    std::mt19937 rng(21);
+    for (const Shape& s : shapes) {
+      auto x = test::random_fp8_acts(rng, s.rows, s.in);
+      auto w8 = test::random_fp8_weight(rng, s.out, s.in);
+      auto w4 = test::random_fp4_weight(rng, s.out, s.in);
+      ASSERT_TRUE(tile_major_possible(s.out, s.in) && tile_major_possible(s.out, s.in / 2));
+      auto w8_tiled = w8;
+      auto w4_tiled = w4;
+      std::vector<uint8_t> scratch(static_cast<size_t>(kTileMajorOutputs * s.in));
+      repack_tile_major(w8_tiled.codes.data(), s.out, s.in, scratch.data());
+      repack_tile_major(w4_tiled.packed.data(), s.out, s.in / 2, scratch.data());
+      Fp8Weight v8 = w8_tiled.view();
+      Fp4Weight v4 = w4_tiled.view();
+      v8.tile_major = v4.tile_major = true;
+      ASSERT_TRUE(check_fp8_linear(x.view(), v8).ok());
+      ASSERT_TRUE(check_fp4_linear(x.view(), v4).ok());
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> rows_major(s.rows * s.out), tiled(s.rows * s.out, -7.0f);
+        k->fp8_gemm(x.view(), w8.view(), rows_major.data(), p);
+        k->fp8_gemm(x.view(), v8, tiled.data(), p);
+        ASSERT_EQ(tiled, rows_major) << k->name << " fp8 rows " << s.rows << " out " << s.out << " in " << s.in;
+        k->fp4_gemm(x.view(), w4.view(), rows_major.data(), p);
+        k->fp4_gemm(x.view(), v4, tiled.data(), p);
+        ASSERT_EQ(tiled, rows_major) << k->name << " fp4 rows " << s.rows << " out " << s.out << " in " << s.in;
+      }
+    }
+  }
+}
+
 // Small dyadic values: every block sum is exact, so any layout, scale or order slip shows as a mismatch.
 TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
   const uint8_t e4m3_small[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};

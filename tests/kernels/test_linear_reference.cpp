@@ -250,5 +250,26 @@ TEST(LinearFused, EqualsActQuantThenGemm) {
   }
 }
 
+// Every byte lands at weight_byte_offset's place, and the layout is possible only on whole tiles and groups.
+TEST(TileMajor, RepackPutsEveryByteAtItsOffset) {
+  const int64_t out = 48, row_bytes = 192;
+  std::vector<uint8_t> row_major(static_cast<size_t>(out * row_bytes));
+  std::mt19937 rng(5);
+  for (auto& b : row_major) b = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> tiled = row_major, scratch(static_cast<size_t>(kTileMajorOutputs * row_bytes));
+  repack_tile_major(tiled.data(), out, row_bytes, scratch.data());
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t c = 0; c < row_bytes; ++c) {
+      ASSERT_EQ(weight_byte_offset(o, c, row_bytes, false), o * row_bytes + c);
+      ASSERT_EQ(tiled[static_cast<size_t>(weight_byte_offset(o, c, row_bytes, true))],
+                row_major[static_cast<size_t>(o * row_bytes + c)])
+          << o << "," << c;
+    }
+  EXPECT_EQ(weight_byte_offset(17, 65, row_bytes, true), 16 * row_bytes + 1024 + 64 + 1);
+  EXPECT_TRUE(tile_major_possible(out, row_bytes));
+  EXPECT_FALSE(tile_major_possible(40, row_bytes));
+  EXPECT_FALSE(tile_major_possible(out, 96));
+}
+
 }  // namespace
 }  // namespace dsflash
