@@ -10,7 +10,8 @@
 // decode steps timed by the engine's step records. The bandwidth probes run before the request (the engine's loop
 // thread owns the steps, so probes can no longer sit between them).
 // Needs a checkpoint, e.g. `dsflash make-tiny --preset wide -o /tmp/wide`, then
-//   bench_decode --model=DIR [--steps=16] [--threads=0] [--context=32] [--mlock=1]
+//   bench_decode --model=DIR [--steps=16] [--threads=0] [--context=32] [--mlock=1] [--tile_major=0]
+// --tile_major=0 keeps the checkpoint's weight order (LoadOptions::tile_major_weights), to compare the two.
 // --mlock=1 locks the weights in RAM (LoadOptions::lock_weights), so that a kernel reclaiming cold file pages
 // between runs cannot put disk reads into the timed steps.
 #include <algorithm>
@@ -85,15 +86,18 @@ int run(int argc, char** argv) {
   const int threads = std::atoi(flag_value(argc, argv, "threads", "0").c_str());
   const int context = std::atoi(flag_value(argc, argv, "context", "32").c_str());
   const bool lock_weights = flag_value(argc, argv, "mlock", "0") == "1";
+  const bool tile_major = flag_value(argc, argv, "tile_major", "1") == "1";
   if (model.empty() || steps <= 0 || context <= 0) {
     std::fprintf(stderr,
                  "usage: bench_decode --model=DIR [--steps=16] [--threads=0] [--context=32] [--mlock=1]\n"
+                 "                    [--tile_major=0]\n"
                  "  (make a model with: dsflash make-tiny --preset wide -o DIR)\n");
     return 2;
   }
   LoadOptions options;
   options.num_threads = threads;
   options.lock_weights = lock_weights;
+  options.tile_major_weights = tile_major;
   auto engine = Engine::load(model, options);
   if (!engine.ok()) {
     std::fprintf(stderr, "bench_decode: %s\n", engine.error().message.c_str());
@@ -136,9 +140,10 @@ int run(int argc, char** argv) {
   const double bytes = static_cast<double>(info.decode_weight_bytes);
   const double achieved = bytes / step / 1e9;
   const double read_bw = median(read);
-  std::printf("model %s: %d layers, dim %lld, kernels %s, %d threads, context %d, %d steps (medians)\n",
+  std::printf("model %s: %d layers, dim %lld, kernels %s, %lld tile-major linears, %d threads, context %d, "
+              "%d steps (medians)\n",
               model.c_str(), info.n_layers, static_cast<long long>(info.dim), info.kernels.c_str(),
-              pool.num_threads(), context, steps);
+              static_cast<long long>(info.tile_major_linears), pool.num_threads(), context, steps);
   std::printf("decode_tok_s %.3f  step_ms %.1f  weight_MB_step %.1f  achieved_GBps %.2f  read_GBps %.2f  "
               "triad_GBps %.2f  vs_read %.3f\n",
               1.0 / step, step * 1e3, bytes / 1e6, achieved, read_bw, median(triad), achieved / read_bw);

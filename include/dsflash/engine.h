@@ -40,6 +40,9 @@ struct LoadOptions {
   // Lock the weights in RAM (mlock of the mapped shards: read in at load, never paged out). Needs a locked-memory
   // limit (ulimit -l) of the checkpoint's size, or root.
   bool lock_weights = false;
+  // Rewrite the FP8/MXFP4 weights in tile-major order at load when the kernels prefer it: the same results, each
+  // 16 outputs' bytes read as one stream. The rewritten pages are the process's own (the files never change).
+  bool tile_major_weights = true;
   int64_t kv_budget_bytes = int64_t{1} << 30;  // KV cache of all running requests (global pages + fixed state)
   int64_t kv_block_tokens = 64;            // positions per global-KV block
   int max_running = 16;                    // requests prefilling or decoding at once (decode batch bound)
@@ -195,6 +198,7 @@ struct ModelInfo {
   int64_t decode_weight_bytes = 0;   // weight bytes one decode step reads
   int64_t decode_routed_bytes = 0;   // of which routed experts' (top-k per layer; StepRecord::routed_expert_bytes)
   std::string kernels;               // linear kernel table in use ("reference", "avx2", ...)
+  int64_t tile_major_linears = 0;    // FP8/MXFP4 linears rewritten in tile-major order at load
   int num_threads = 1;
   bool has_tokenizer = false;
   // KV cache

@@ -13,7 +13,7 @@ namespace dsflash {
 MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(other.data_), size_(other.size_), path_(std::move(other.path_)) {
+    : data_(other.data_), writable_(other.writable_), size_(other.size_), path_(std::move(other.path_)) {
   other.data_ = nullptr;
   other.size_ = 0;
 }
@@ -22,6 +22,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     release();
     data_ = other.data_;
+    writable_ = other.writable_;
     size_ = other.size_;
     path_ = std::move(other.path_);
     other.data_ = nullptr;
@@ -38,6 +39,18 @@ Status MappedFile::lock_in_memory() const {
                          (err == ENOMEM || err == EPERM ? " (the locked-memory limit, ulimit -l, is too low)" : ""));
   }
   return Status::Ok();
+}
+
+Result<uint8_t*> MappedFile::writable(const uint8_t* p, size_t n) {
+  if (!contains(p, n)) return Status::Error(path_ + ": a range to write is outside the mapping");
+  if (!writable_) {
+    if (mprotect(const_cast<uint8_t*>(data_), size_, PROT_READ | PROT_WRITE) != 0) {
+      const int err = errno;
+      return Status::Error(path_ + ": cannot make the mapping writable: " + std::strerror(err));
+    }
+    writable_ = true;
+  }
+  return const_cast<uint8_t*>(p);
 }
 
 void MappedFile::release() {

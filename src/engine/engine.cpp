@@ -91,6 +91,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   runner_options.num_threads = options.num_threads;
   runner_options.pin_threads = options.pin_threads;
   runner_options.lock_weights = options.lock_weights;
+  runner_options.tile_major_weights = options.tile_major_weights;
   auto runner = ModelRunner::open(model_dir, runner_options, [&](const char* stage, double f) { report(stage, f); });
   if (!runner.ok()) return load_error(runner.status().message());
   impl->runner = std::move(*runner);
@@ -158,6 +159,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   info.decode_weight_bytes = impl->runner->weights().decode_weight_bytes();
   info.decode_routed_bytes = impl->runner->weights().decode_routed_bytes();
   info.kernels = impl->runner->context().backend->name;
+  info.tile_major_linears = impl->runner->tile_major_linears();
   info.num_threads = impl->runner->context().pool != nullptr ? impl->runner->context().pool->num_threads() : 1;
   info.has_tokenizer = impl->tokenizer.has_value();
   info.kv_budget_bytes = options.kv_budget_bytes;

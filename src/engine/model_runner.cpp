@@ -13,9 +13,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
   };
   auto checkpoint = Checkpoint::open(checkpoint_dir);
   if (!checkpoint.ok()) return checkpoint.status();
-  if (options.lock_weights) {
-    if (Status s = checkpoint->lock_in_memory(); !s.ok()) return s.with_context("locking the weights in memory");
-  }
   report("checkpoint", 0.3);
   std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(*checkpoint)));
   auto weights = ModelWeights::bind(runner->checkpoint_);
@@ -39,6 +36,15 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
     runner->ctx_ = ComputeContext::for_backend(best_backend(), runner->pool_.get());
   }
   runner->ctx_.workspace = runner->workspace_.get();
+  if (options.tile_major_weights && runner->ctx_.backend->prefers_tile_major) {
+    auto rewritten = runner->weights_->to_tile_major(runner->checkpoint_);
+    if (!rewritten.ok()) return rewritten.status().with_context("rewriting the weights in tile-major order");
+    runner->tile_major_linears_ = *rewritten;
+  }
+  // After the rewrite: the rewritten pages are the process's own copies, and those are what must stay in RAM.
+  if (options.lock_weights) {
+    if (Status s = runner->checkpoint_.lock_in_memory(); !s.ok()) return s.with_context("locking the weights in memory");
+  }
   auto layout = kv::KvLayout::from_config(runner->config());
   if (!layout.ok()) return layout.status().with_context(checkpoint_dir);
   auto manager = kv::KvCacheManager::create(*layout, options.kv_budget_bytes);

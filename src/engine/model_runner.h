@@ -25,6 +25,9 @@ struct RunnerOptions {
   bool pin_threads = false;  // pin each worker to one CPU, spread over the NUMA nodes (core/numa_topology.h)
   int64_t kv_budget_bytes = int64_t{8} << 30;  // the runner's own sequences (new_sequence)
   bool lock_weights = false;  // mlock the checkpoint's mappings (Checkpoint::lock_in_memory)
+  // Rewrite FP8/MXFP4 weights in tile-major order at load when the kernels prefer it (ModelWeights::to_tile_major;
+  // same results, a faster read). false keeps the checkpoint's order (to compare the two).
+  bool tile_major_weights = true;
 };
 
 class ModelRunner {
@@ -37,6 +40,8 @@ class ModelRunner {
   const ModelConfig& config() const { return checkpoint_.config(); }
   const Checkpoint& checkpoint() const { return checkpoint_; }
   const ModelWeights& weights() const { return *weights_; }
+  // FP8/MXFP4 linears rewritten in tile-major order at load (RunnerOptions::tile_major_weights); 0 when none.
+  int64_t tile_major_linears() const { return tile_major_linears_; }
   const ComputeContext& context() const { return ctx_; }
   // A new sequence from the runner's own KV cache manager (tests, benchmarks, one-off runs; the Engine's
   // scheduler has its own), released when the lease goes. fork: an independent copy of a sequence's state.
@@ -55,6 +60,7 @@ class ModelRunner {
   Checkpoint checkpoint_;
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<ThreadPool> pool_;
+  int64_t tile_major_linears_ = 0;
   ComputeContext ctx_;  // its workspace is workspace_: one thread at a time runs forwards on context()
   std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>();
   std::unique_ptr<kv::KvCacheManager> kv_;  // budget RunnerOptions::kv_budget_bytes; memory is taken on first use

@@ -146,6 +146,7 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     }
     view.data = base + payload_offset + begin;
     view.num_bytes = static_cast<size_t>(end - begin);
+    view.file_offset = static_cast<uint64_t>(payload_offset + begin);
     spans.push_back({begin, end, file.tensors_.size()});
     file.index_[name] = file.tensors_.size();
     file.tensors_.push_back(std::move(view));

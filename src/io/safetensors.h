@@ -24,6 +24,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return file_.path(); }
   Status lock_in_memory() const { return file_.lock_in_memory(); }
+  bool holds(const uint8_t* p, size_t n) const { return file_.contains(p, n); }
+  Result<uint8_t*> writable(const uint8_t* p, size_t n) { return file_.writable(p, n); }
 
  private:
   MappedFile file_;

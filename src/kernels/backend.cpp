@@ -102,6 +102,7 @@ Backend simd_backend(const char* name) {
   const LinearKernels& linear = *kTable();
   return Backend{
       .name = name,
+      .prefers_tile_major = linear.prefers_tile_major,
       .fp8_gemm = linear.fp8_gemm,
       .fp4_gemm = linear.fp4_gemm,
       .bf16_gemm = linear.bf16_gemm,
@@ -143,6 +144,7 @@ const Backend* avx512_backend() {
 const Backend& reference_backend() {
   static const Backend backend{
       .name = "reference",
+      .prefers_tile_major = reference_linear_kernels().prefers_tile_major,
       .fp8_gemm = reference_linear_kernels().fp8_gemm,
       .fp4_gemm = reference_linear_kernels().fp4_gemm,
       .bf16_gemm = reference_linear_kernels().bf16_gemm,

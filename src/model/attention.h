@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/function_ref.h"
 #include "core/status.h"
 #include "io/checkpoint.h"
 #include "kernels/linear.h"
@@ -49,6 +50,11 @@ class AttentionLayer {
   using TensorLookup = std::function<const TensorView*(const std::string&)>;
 
   static Result<std::unique_ptr<AttentionLayer>> bind(const Checkpoint& checkpoint, int layer);
+  // Every FP8 linear of the layer, for a load-time rewrite of its bytes (ModelWeights::to_tile_major).
+  void for_each_fp8_linear(FunctionRef<void(Fp8Weight&)> fn) {
+    for (Fp8Weight* w : {&wq_a_, &wq_b_, &wkv_, &wo_b_, &index_wq_b_})
+      if (w->codes != nullptr) fn(*w);
+  }
   // Binds layers.{layer}.attn.* (and for DSpark stages mtp.{layer - n_layers}.attn.*). Errors name the tensor,
   // the expected and found dtype/shape, and `origin`. wo_a (stored FP8) is dequantised to bf16 here, exactly,
   // as the reference's convert.py does.

@@ -1,6 +1,7 @@
 #include "model/model_weights.h"
 
 #include <algorithm>
+#include <set>
 
 #include "formats/formats.h"
 #include "model/weight_binding.h"
@@ -93,6 +94,36 @@ Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer,
     b.engram.emplace(std::move(*engram));
   }
   return b;
+}
+
+Result<int64_t> ModelWeights::to_tile_major(Checkpoint& checkpoint) {
+  std::set<const uint8_t*> rewritten;  // a tensor bound twice is rewritten once
+  std::vector<uint8_t> tile_scratch;
+  Status status = Status::Ok();
+  int64_t tile_major_linears = 0;
+  auto rewrite = [&](const uint8_t* bytes, int64_t out, int64_t row_bytes, bool* tile_major) {
+    if (!status.ok() || *tile_major || !tile_major_possible(out, row_bytes)) return;
+    if (!rewritten.contains(bytes)) {
+      auto writable = checkpoint.writable(bytes, static_cast<size_t>(out * row_bytes));
+      if (!writable.ok()) {
+        status = writable.status();
+        return;
+      }
+      tile_scratch.resize(static_cast<size_t>(kTileMajorOutputs * row_bytes));
+      repack_tile_major(*writable, out, row_bytes, tile_scratch.data());
+      rewritten.insert(bytes);
+    }
+    *tile_major = true;
+    ++tile_major_linears;
+  };
+  auto fp8 = [&](Fp8Weight& w) { rewrite(w.codes, w.out, w.in, &w.tile_major); };
+  auto fp4 = [&](Fp4Weight& w) { rewrite(w.packed, w.out, w.in / 2, &w.tile_major); };
+  for (BlockWeights& block : blocks_) {
+    if (block.attention) block.attention->for_each_fp8_linear(fp8);
+    if (block.moe) block.moe->for_each_quantised_linear(fp8, fp4);
+  }
+  if (!status.ok()) return status;
+  return tile_major_linears;
 }
 
 Result<std::unique_ptr<ModelWeights>> ModelWeights::bind(const Checkpoint& checkpoint) {

@@ -51,6 +51,12 @@ class ModelWeights {
   const std::vector<BlockWeights>& blocks() const { return blocks_; }
   const NgramHasher* engram_hasher() const { return hasher_ ? &*hasher_ : nullptr; }
 
+  // Rewrites the bytes of every FP8 / MXFP4 linear whose shape allows it into tile-major order (kernels/linear.h)
+  // in place, through the checkpoint's private pages, and marks the weights so: for kernel tables that prefer
+  // that order (LinearKernels::prefers_tile_major). Every table reads both orders with the same results.
+  // Returns how many linears are tile-major now.
+  Result<int64_t> to_tile_major(Checkpoint& checkpoint);
+
   // Bytes of weights one decode step reads (embedding row, hc, norms, attention, gate + routed top-k + shared
   // expert, head); attention counted by its tensor sizes.
   int64_t decode_weight_bytes() const { return decode_weight_bytes_; }

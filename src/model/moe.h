@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/function_ref.h"
 #include "core/status.h"
 #include "io/checkpoint.h"
 #include "kernels/linear.h"
@@ -46,6 +47,19 @@ class MoeLayer {
   // routing_out, when given, receives the gate's choice (for layer tests).
   void forward(const float* x, int64_t num_tokens, const ComputeContext& ctx, float* out,
                MoeRouting* routing_out = nullptr) const;
+
+  // Every FP8 and MXFP4 linear (experts and shared expert), for a load-time rewrite of their bytes.
+  void for_each_quantised_linear(FunctionRef<void(Fp8Weight&)> fp8, FunctionRef<void(Fp4Weight&)> fp4) {
+    auto visit = [&](ExpertWeights& e) {
+      if (e.fp4) {
+        for (Fp4Weight* w : {&e.w1_fp4, &e.w2_fp4, &e.w3_fp4}) fp4(*w);
+      } else {
+        for (Fp8Weight* w : {&e.w1_fp8, &e.w2_fp8, &e.w3_fp8}) fp8(*w);
+      }
+    };
+    for (ExpertWeights& e : experts_) visit(e);
+    if (shared_.w1_fp8.codes != nullptr || shared_.w1_fp4.packed != nullptr) visit(shared_);
+  }
 
   int num_experts() const { return static_cast<int>(experts_.size()); }
   int top_k() const { return top_k_; }

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace dsflash::prefix {
@@ -93,12 +95,22 @@ Result<Fingerprint> fingerprint_checkpoint(const Checkpoint& checkpoint) {
       s = add_shard_header(state, shard);
       if (!s.ok()) return s;
     }
-    // all_tensors() is in a fixed order (by name).
+    // all_tensors() is in a fixed order (by name). The samples are read from the files: the mapped bytes of some
+    // tensors are rewritten at load for the kernels (ModelWeights::to_tile_major), and the model is the files.
+    std::map<std::string, std::ifstream> files;
     for (const TensorView* tensor : checkpoint.all_tensors()) {
       add_text(state, tensor->name);
+      std::ifstream& file = files.try_emplace(tensor->file, tensor->file, std::ios::binary).first->second;
       const size_t bytes = tensor->num_bytes;
       const size_t sample = std::min(kSampleBytes, bytes);
-      for (size_t at : {size_t{0}, (bytes - sample) / 2, bytes - sample}) add_field(state, tensor->data + at, sample);
+      char sample_bytes[kSampleBytes];
+      for (size_t at : {size_t{0}, (bytes - sample) / 2, bytes - sample}) {
+        file.seekg(static_cast<std::streamoff>(tensor->file_offset + at));
+        if (!file.read(sample_bytes, static_cast<std::streamsize>(sample)))
+          return Status::Error(tensor->file + ": cannot read tensor " + tensor->name + " at offset " +
+                               std::to_string(tensor->file_offset + at) + " for the model fingerprint");
+        add_field(state, sample_bytes, sample);
+      }
     }
     return Status::Ok();
   }();
