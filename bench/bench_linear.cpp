@@ -124,9 +124,8 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
                                                       : shape.out * (shape.in / 32);
       w[c].scales.assign(static_cast<size_t>(ns), 120);
       if (tile_major) {
-        const int64_t row_bytes = n / shape.out;
-        std::vector<uint8_t> scratch(static_cast<size_t>(kTileMajorOutputs * row_bytes));
-        repack_tile_major(w[c].data.data(), shape.out, row_bytes, scratch.data());
+        const std::vector<uint8_t> row_major = w[c].data;
+        repack_tile_major(row_major.data(), shape.out, n / shape.out, w[c].data.data());
       }
     }
   }

@@ -13,7 +13,7 @@ namespace dsflash {
 MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(other.data_), writable_(other.writable_), size_(other.size_), path_(std::move(other.path_)) {
+    : data_(other.data_), size_(other.size_), path_(std::move(other.path_)) {
   other.data_ = nullptr;
   other.size_ = 0;
 }
@@ -22,7 +22,6 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     release();
     data_ = other.data_;
-    writable_ = other.writable_;
     size_ = other.size_;
     path_ = std::move(other.path_);
     other.data_ = nullptr;
@@ -41,16 +40,20 @@ Status MappedFile::lock_in_memory() const {
   return Status::Ok();
 }
 
-Result<uint8_t*> MappedFile::writable(const uint8_t* p, size_t n) {
-  if (!contains(p, n)) return Status::Error(path_ + ": a range to write is outside the mapping");
-  if (!writable_) {
-    if (mprotect(const_cast<uint8_t*>(data_), size_, PROT_READ | PROT_WRITE) != 0) {
-      const int err = errno;
-      return Status::Error(path_ + ": cannot make the mapping writable: " + std::strerror(err));
-    }
-    writable_ = true;
-  }
-  return const_cast<uint8_t*>(p);
+void MappedFile::release(const uint8_t* p, size_t n) const {
+  if (!contains(p, n)) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (end <= begin) return;
+  void* range = reinterpret_cast<void*>(begin);
+  (void)munlock(range, end - begin);
+  (void)madvise(range, end - begin, MADV_DONTNEED);
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)posix_fadvise(fd, static_cast<off_t>(begin - reinterpret_cast<uintptr_t>(data_)), static_cast<off_t>(end - begin),
+                      POSIX_FADV_DONTNEED);
+  ::close(fd);
 }
 
 void MappedFile::release() {

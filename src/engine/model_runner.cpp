@@ -13,6 +13,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
   };
   auto checkpoint = Checkpoint::open(checkpoint_dir);
   if (!checkpoint.ok()) return checkpoint.status();
+  if (options.lock_weights) {
+    if (Status s = checkpoint->lock_in_memory(); !s.ok()) return s.with_context("locking the weights in memory");
+  }
   report("checkpoint", 0.3);
   std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(*checkpoint)));
   auto weights = ModelWeights::bind(runner->checkpoint_);
@@ -41,9 +44,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
     if (!rewritten.ok()) return rewritten.status().with_context("rewriting the weights in tile-major order");
     runner->tile_major_linears_ = *rewritten;
   }
-  // After the rewrite: the rewritten pages are the process's own copies, and those are what must stay in RAM.
+  // The copies are locked like the rest (the originals' pages were unlocked and given back).
   if (options.lock_weights) {
-    if (Status s = runner->checkpoint_.lock_in_memory(); !s.ok()) return s.with_context("locking the weights in memory");
+    if (Status s = runner->weights_->tile_major_weights().lock_in_memory(); !s.ok()) return s;
   }
   auto layout = kv::KvLayout::from_config(runner->config());
   if (!layout.ok()) return layout.status().with_context(checkpoint_dir);

@@ -195,10 +195,9 @@ std::vector<const TensorView*> Checkpoint::all_tensors() const {
   return out;
 }
 
-Result<uint8_t*> Checkpoint::writable(const uint8_t* p, size_t n) {
-  for (auto& shard : shards_)
-    if (shard->holds(p, n)) return shard->writable(p, n);
-  return Status::Error(dir_ + ": a range to write is in no shard of the checkpoint");
+void Checkpoint::release(const uint8_t* p, size_t n) const {
+  for (const auto& shard : shards_)
+    if (shard->holds(p, n)) return shard->release(p, n);
 }
 
 Status Checkpoint::lock_in_memory() const {

@@ -53,9 +53,9 @@ class Checkpoint {
   std::vector<const TensorView*> all_tensors() const;
   // Locks every shard's mapping in RAM (MappedFile::lock_in_memory); the error names the shard.
   Status lock_in_memory() const;
-  // Tensor bytes [p, p + n) (inside one shard) made writable for an in-place rewrite at load: see
-  // MappedFile::writable (private pages; the files never change).
-  Result<uint8_t*> writable(const uint8_t* p, size_t n);
+  // Tensor bytes [p, p + n) copied elsewhere at load: their pages are given back (MappedFile::release). Reading
+  // them again stays correct. Bytes in no shard are ignored.
+  void release(const uint8_t* p, size_t n) const;
 
  private:
   std::string dir_;

@@ -25,7 +25,7 @@ class SafetensorsFile {
   const std::string& path() const { return file_.path(); }
   Status lock_in_memory() const { return file_.lock_in_memory(); }
   bool holds(const uint8_t* p, size_t n) const { return file_.contains(p, n); }
-  Result<uint8_t*> writable(const uint8_t* p, size_t n) { return file_.writable(p, n); }
+  void release(const uint8_t* p, size_t n) const { file_.release(p, n); }
 
  private:
   MappedFile file_;

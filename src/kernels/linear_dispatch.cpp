@@ -18,16 +18,11 @@ std::string shape_text(int64_t a, int64_t b) {
 }
 }  // namespace
 
-void repack_tile_major(uint8_t* bytes, int64_t out, int64_t row_bytes, uint8_t* tile_scratch) {
-  const int64_t tile_bytes = kTileMajorOutputs * row_bytes;
-  for (int64_t tile = 0; tile < out / kTileMajorOutputs; ++tile) {
-    uint8_t* base = bytes + tile * tile_bytes;
-    std::memcpy(tile_scratch, base, static_cast<size_t>(tile_bytes));
-    for (int64_t i = 0; i < kTileMajorOutputs; ++i)
-      for (int64_t c = 0; c < row_bytes; c += kTileMajorGroupBytes)
-        std::memcpy(base + weight_byte_offset(i, c, row_bytes, true), tile_scratch + i * row_bytes + c,
-                    static_cast<size_t>(kTileMajorGroupBytes));
-  }
+void repack_tile_major(const uint8_t* row_major, int64_t out, int64_t row_bytes, uint8_t* tile_major) {
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t c = 0; c < row_bytes; c += kTileMajorGroupBytes)
+      std::memcpy(tile_major + weight_byte_offset(o, c, row_bytes, true), row_major + o * row_bytes + c,
+                  static_cast<size_t>(kTileMajorGroupBytes));
 }
 
 Status check_fp8_linear(const Fp8Activations& x, const Fp8Weight& w) {

@@ -1,7 +1,8 @@
 #include "model/model_weights.h"
 
 #include <algorithm>
-#include <set>
+#include <map>
+#include <utility>
 
 #include "formats/formats.h"
 #include "model/weight_binding.h"
@@ -96,34 +97,49 @@ Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer,
   return b;
 }
 
-Result<int64_t> ModelWeights::to_tile_major(Checkpoint& checkpoint) {
-  std::set<const uint8_t*> rewritten;  // a tensor bound twice is rewritten once
-  std::vector<uint8_t> tile_scratch;
-  Status status = Status::Ok();
-  int64_t tile_major_linears = 0;
-  auto rewrite = [&](const uint8_t* bytes, int64_t out, int64_t row_bytes, bool* tile_major) {
-    if (!status.ok() || *tile_major || !tile_major_possible(out, row_bytes)) return;
-    if (!rewritten.contains(bytes)) {
-      auto writable = checkpoint.writable(bytes, static_cast<size_t>(out * row_bytes));
-      if (!writable.ok()) {
-        status = writable.status();
-        return;
-      }
-      tile_scratch.resize(static_cast<size_t>(kTileMajorOutputs * row_bytes));
-      repack_tile_major(*writable, out, row_bytes, tile_scratch.data());
-      rewritten.insert(bytes);
-    }
-    *tile_major = true;
-    ++tile_major_linears;
+Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint) {
+  // Pass 1: the distinct eligible tensors (one bound twice is copied once), each at a cache-line offset.
+  std::map<const uint8_t*, std::pair<int64_t, int64_t>> sources;  // bytes -> (offset in the buffer, size)
+  int64_t total = 0;
+  auto plan = [&](const uint8_t* bytes, int64_t out, int64_t row_bytes, bool tile_major) {
+    if (tile_major || bytes == nullptr || !tile_major_possible(out, row_bytes) || sources.contains(bytes)) return;
+    sources[bytes] = {total, out * row_bytes};
+    total += (out * row_bytes + 63) / 64 * 64;
   };
-  auto fp8 = [&](Fp8Weight& w) { rewrite(w.codes, w.out, w.in, &w.tile_major); };
-  auto fp4 = [&](Fp4Weight& w) { rewrite(w.packed, w.out, w.in / 2, &w.tile_major); };
+  auto plan_fp8 = [&](Fp8Weight& w) { plan(w.codes, w.out, w.in, w.tile_major); };
+  auto plan_fp4 = [&](Fp4Weight& w) { plan(w.packed, w.out, w.in / 2, w.tile_major); };
   for (BlockWeights& block : blocks_) {
-    if (block.attention) block.attention->for_each_fp8_linear(fp8);
-    if (block.moe) block.moe->for_each_quantised_linear(fp8, fp4);
+    if (block.attention) block.attention->for_each_fp8_linear(plan_fp8);
+    if (block.moe) block.moe->for_each_quantised_linear(plan_fp8, plan_fp4);
   }
-  if (!status.ok()) return status;
-  return tile_major_linears;
+  if (total == 0) return int64_t{0};
+  auto buffer = HugePageBuffer::allocate(static_cast<size_t>(total));
+  if (!buffer.ok()) return buffer.status();
+  tile_major_weights_ = std::move(*buffer);
+  // Pass 2: copy each tensor into its place, give its file pages back, point the weights at the copy.
+  int64_t rewritten = 0;
+  std::map<const uint8_t*, const uint8_t*> moved;  // old bytes -> new bytes
+  auto rewrite = [&](const uint8_t*& bytes, int64_t out, int64_t row_bytes, bool& tile_major) {
+    auto source = sources.find(bytes);
+    if (tile_major || source == sources.end()) return;
+    auto [at, inserted] = moved.try_emplace(bytes, nullptr);
+    if (inserted) {
+      uint8_t* dst = tile_major_weights_.data() + source->second.first;
+      repack_tile_major(bytes, out, row_bytes, dst);
+      checkpoint.release(bytes, static_cast<size_t>(source->second.second));
+      at->second = dst;
+    }
+    bytes = at->second;
+    tile_major = true;
+    ++rewritten;
+  };
+  auto rewrite_fp8 = [&](Fp8Weight& w) { rewrite(w.codes, w.out, w.in, w.tile_major); };
+  auto rewrite_fp4 = [&](Fp4Weight& w) { rewrite(w.packed, w.out, w.in / 2, w.tile_major); };
+  for (BlockWeights& block : blocks_) {
+    if (block.attention) block.attention->for_each_fp8_linear(rewrite_fp8);
+    if (block.moe) block.moe->for_each_quantised_linear(rewrite_fp8, rewrite_fp4);
+  }
+  return rewritten;
 }
 
 Result<std::unique_ptr<ModelWeights>> ModelWeights::bind(const Checkpoint& checkpoint) {

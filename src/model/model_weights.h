@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/huge_page_buffer.h"
 #include "core/status.h"
 #include "io/checkpoint.h"
 #include "kernels/hc.h"
@@ -51,11 +52,13 @@ class ModelWeights {
   const std::vector<BlockWeights>& blocks() const { return blocks_; }
   const NgramHasher* engram_hasher() const { return hasher_ ? &*hasher_ : nullptr; }
 
-  // Rewrites the bytes of every FP8 / MXFP4 linear whose shape allows it into tile-major order (kernels/linear.h)
-  // in place, through the checkpoint's private pages, and marks the weights so: for kernel tables that prefer
-  // that order (LinearKernels::prefers_tile_major). Every table reads both orders with the same results.
-  // Returns how many linears are tile-major now.
-  Result<int64_t> to_tile_major(Checkpoint& checkpoint);
+  // Copies every FP8 / MXFP4 linear whose shape allows it into tile-major order (kernels/linear.h) in a huge-page
+  // buffer of its own, gives the file pages of the originals back (Checkpoint::release) and points the weights at
+  // the copies: for kernel tables that prefer that order (LinearKernels::prefers_tile_major). Every table reads
+  // both orders with the same results. Returns how many linears are tile-major now.
+  Result<int64_t> to_tile_major(const Checkpoint& checkpoint);
+  // The rewritten weights' memory (empty when none), e.g. to lock it in RAM.
+  const HugePageBuffer& tile_major_weights() const { return tile_major_weights_; }
 
   // Bytes of weights one decode step reads (embedding row, hc, norms, attention, gate + routed top-k + shared
   // expert, head); attention counted by its tensor sizes.
@@ -74,6 +77,7 @@ class ModelWeights {
   std::optional<NgramHasher> hasher_;
   int64_t decode_weight_bytes_ = 0;
   int64_t decode_routed_bytes_ = 0;
+  HugePageBuffer tile_major_weights_;  // [Σ tile-major linears' bytes], 64-byte aligned each
 };
 
 }  // namespace dsflash

@@ -157,9 +157,8 @@ TEST(LinearFast, TileMajorWeightsGiveTheSameBits) {
       ASSERT_TRUE(tile_major_possible(s.out, s.in) && tile_major_possible(s.out, s.in / 2));
       auto w8_tiled = w8;
       auto w4_tiled = w4;
-      std::vector<uint8_t> scratch(static_cast<size_t>(kTileMajorOutputs * s.in));
-      repack_tile_major(w8_tiled.codes.data(), s.out, s.in, scratch.data());
-      repack_tile_major(w4_tiled.packed.data(), s.out, s.in / 2, scratch.data());
+      repack_tile_major(w8.codes.data(), s.out, s.in, w8_tiled.codes.data());
+      repack_tile_major(w4.packed.data(), s.out, s.in / 2, w4_tiled.packed.data());
       Fp8Weight v8 = w8_tiled.view();
       Fp4Weight v4 = w4_tiled.view();
       v8.tile_major = v4.tile_major = true;

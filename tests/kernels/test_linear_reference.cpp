@@ -256,8 +256,8 @@ TEST(TileMajor, RepackPutsEveryByteAtItsOffset) {
   std::vector<uint8_t> row_major(static_cast<size_t>(out * row_bytes));
   std::mt19937 rng(5);
   for (auto& b : row_major) b = static_cast<uint8_t>(rng());
-  std::vector<uint8_t> tiled = row_major, scratch(static_cast<size_t>(kTileMajorOutputs * row_bytes));
-  repack_tile_major(tiled.data(), out, row_bytes, scratch.data());
+  std::vector<uint8_t> tiled(row_major.size());
+  repack_tile_major(row_major.data(), out, row_bytes, tiled.data());
   for (int64_t o = 0; o < out; ++o)
     for (int64_t c = 0; c < row_bytes; ++c) {
       ASSERT_EQ(weight_byte_offset(o, c, row_bytes, false), o * row_bytes + c);
