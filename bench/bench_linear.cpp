@@ -13,12 +13,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/huge_page_buffer.h"
 #include "core/thread_pool.h"
 #include "kernels/linear.h"
 #include "kernels/linear_impl.h"
@@ -65,10 +67,21 @@ void fill_random(uint8_t* p, size_t n, uint64_t seed, uint8_t and_mask) {
   for (; i < n; ++i) p[i] = static_cast<uint8_t>(next_random(s) & and_mask);
 }
 
-// One weight copy: its bytes (codes or bf16), its scales.
+// One weight copy: its bytes (codes or bf16) in huge-page memory, as the engine holds its rewritten weights
+// (core/huge_page_buffer.h; the plain read below reads the same kind of memory), and its scales.
 struct WeightCopy {
-  std::vector<uint8_t> data, scales;
+  HugePageBuffer data;
+  std::vector<uint8_t> scales;
 };
+
+HugePageBuffer huge_bytes(int64_t n) {
+  auto buffer = HugePageBuffer::allocate(static_cast<size_t>(n));
+  if (!buffer.ok()) {
+    std::fprintf(stderr, "bench_linear: %s\n", buffer.status().message().c_str());
+    std::exit(1);
+  }
+  return std::move(*buffer);
+}
 
 int64_t weight_bytes(const LinearShape& s) {
   switch (s.format) {
@@ -112,19 +125,19 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   std::vector<WeightCopy> w(static_cast<size_t>(copies));
   for (int c = 0; c < copies; ++c) {
     if (shape.format == Format::kBf16 || shape.format == Format::kBf16Fp32x) {
-      w[c].data.resize(static_cast<size_t>(shape.out * shape.in * 2));
+      w[c].data = huge_bytes(shape.out * shape.in * 2);
       fill_random(w[c].data.data(), w[c].data.size(), 1000 + c, 0xff);
       // Keep bf16 values finite and moderate: clear the top exponent bit of every high byte.
-      for (size_t i = 1; i < w[c].data.size(); i += 2) w[c].data[i] &= 0xbf;
+      for (size_t i = 1; i < w[c].data.size(); i += 2) w[c].data.data()[i] &= 0xbf;
     } else {
       const int64_t n = shape.format == Format::kFp8 ? shape.out * shape.in : shape.out * shape.in / 2;
-      w[c].data.resize(static_cast<size_t>(n));
+      w[c].data = huge_bytes(n);
       fill_random(w[c].data.data(), w[c].data.size(), 1000 + c, shape.format == Format::kFp8 ? 0x77 : 0xff);
       const int64_t ns = shape.format == Format::kFp8 ? ((shape.out + 31) / 32) * (shape.in / 32)
                                                       : shape.out * (shape.in / 32);
       w[c].scales.assign(static_cast<size_t>(ns), 120);
       if (tile_major) {
-        const std::vector<uint8_t> row_major = w[c].data;
+        const std::vector<uint8_t> row_major(w[c].data.data(), w[c].data.data() + n);
         repack_tile_major(row_major.data(), shape.out, n / shape.out, w[c].data.data());
       }
     }

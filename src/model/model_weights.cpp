@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <utility>
 
 #include "formats/formats.h"
 #include "model/weight_binding.h"
@@ -99,11 +98,15 @@ Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer,
 
 Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint) {
   // Pass 1: the distinct eligible tensors (one bound twice is copied once), each at a cache-line offset.
-  std::map<const uint8_t*, std::pair<int64_t, int64_t>> sources;  // bytes -> (offset in the buffer, size)
+  struct Source {
+    int64_t offset = 0;  // in the buffer
+    bool copied = false;
+  };
+  std::map<const uint8_t*, Source> sources;  // by the checkpoint bytes
   int64_t total = 0;
   auto plan = [&](const uint8_t* bytes, int64_t out, int64_t row_bytes, bool tile_major) {
     if (tile_major || bytes == nullptr || !tile_major_possible(out, row_bytes) || sources.contains(bytes)) return;
-    sources[bytes] = {total, out * row_bytes};
+    sources[bytes].offset = total;
     total += (out * row_bytes + 63) / 64 * 64;
   };
   auto plan_fp8 = [&](Fp8Weight& w) { plan(w.codes, w.out, w.in, w.tile_major); };
@@ -118,18 +121,16 @@ Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint) {
   tile_major_weights_ = std::move(*buffer);
   // Pass 2: copy each tensor into its place, give its file pages back, point the weights at the copy.
   int64_t rewritten = 0;
-  std::map<const uint8_t*, const uint8_t*> moved;  // old bytes -> new bytes
   auto rewrite = [&](const uint8_t*& bytes, int64_t out, int64_t row_bytes, bool& tile_major) {
     auto source = sources.find(bytes);
     if (tile_major || source == sources.end()) return;
-    auto [at, inserted] = moved.try_emplace(bytes, nullptr);
-    if (inserted) {
-      uint8_t* dst = tile_major_weights_.data() + source->second.first;
-      repack_tile_major(bytes, out, row_bytes, dst);
-      checkpoint.release(bytes, static_cast<size_t>(source->second.second));
-      at->second = dst;
+    uint8_t* copy = tile_major_weights_.data() + source->second.offset;
+    if (!source->second.copied) {
+      repack_tile_major(bytes, out, row_bytes, copy);
+      checkpoint.release(bytes, static_cast<size_t>(out * row_bytes));
+      source->second.copied = true;
     }
-    bytes = at->second;
+    bytes = copy;
     tile_major = true;
     ++rewritten;
   };
