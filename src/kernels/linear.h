@@ -36,8 +36,9 @@ inline int64_t weight_byte_offset(int64_t o, int64_t c, int64_t row_bytes, bool 
          (o % kTileMajorOutputs) * kTileMajorGroupBytes + c % kTileMajorGroupBytes;
 }
 // Writes row-major bytes [out, row_bytes] into `tile_major` (out * row_bytes bytes, not overlapping) in tile-major
-// order. Precondition: tile_major_possible(out, row_bytes).
-void repack_tile_major(const uint8_t* row_major, int64_t out, int64_t row_bytes, uint8_t* tile_major);
+// order, tiles split over the pool (nullptr: this thread). Precondition: tile_major_possible(out, row_bytes).
+void repack_tile_major(const uint8_t* row_major, int64_t out, int64_t row_bytes, uint8_t* tile_major,
+                       ThreadPool* pool = nullptr);
 
 // FP8 linear weight: codes [out, in] e4m3, scales [ceil(out/32), ceil(in/32)] ue8m0 (one per 32x32 block).
 struct Fp8Weight {

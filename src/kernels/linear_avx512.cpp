@@ -6,6 +6,8 @@
 // always; otherwise only the in-block summation order differs from the reference). The per-block scaling
 // and the K-order accumulation are the reference's: y = y + (partial * sa) * sw, one block after another.
 //
+// Weights come in either byte order of kernels/linear.h (row-major, or tile-major from the load-time copy); the
+// paths below address them through GemmArgs::output_stride / group_stride and give the same bits on both.
 // Three paths, all with tiles of 16 outputs (lane = output in the results):
 // - FP8, rows == 1 (fp8_decode_tiles): K walked in pairs of blocks; for one output, 64 codes become two zmm
 //   of bf16 whose low 256 bits hold block b and high 256 bits block b+1 (activations prepared in the same
@@ -462,7 +464,9 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
       rows[i] = g.w + tile * kTile * row_bytes + std::min<int64_t>(i, g.out - 1 - tile * kTile) * g.output_stride;
   };
   // Block b of an output, from its first byte.
-  auto block_offset = [&](int64_t b) { return (b / blocks_per_line) * g.group_stride + (b % blocks_per_line) * block_bytes; };
+  auto block_offset = [&](int64_t b) {
+    return (b / blocks_per_line) * g.group_stride + (b % blocks_per_line) * block_bytes;
+  };
 
   alignas(64) float sw[2][kBlocksPerChunk][kTile];
   alignas(64) TileScratch scratch[2];

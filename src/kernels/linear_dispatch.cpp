@@ -18,11 +18,17 @@ std::string shape_text(int64_t a, int64_t b) {
 }
 }  // namespace
 
-void repack_tile_major(const uint8_t* row_major, int64_t out, int64_t row_bytes, uint8_t* tile_major) {
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t c = 0; c < row_bytes; c += kTileMajorGroupBytes)
-      std::memcpy(tile_major + weight_byte_offset(o, c, row_bytes, true), row_major + o * row_bytes + c,
-                  static_cast<size_t>(kTileMajorGroupBytes));
+void repack_tile_major(const uint8_t* row_major, int64_t out, int64_t row_bytes, uint8_t* tile_major,
+                       ThreadPool* pool) {
+  auto tiles = [&](int64_t tile_begin, int64_t tile_end, int) {
+    for (int64_t o = tile_begin * kTileMajorOutputs; o < tile_end * kTileMajorOutputs; ++o)
+      for (int64_t c = 0; c < row_bytes; c += kTileMajorGroupBytes)
+        std::memcpy(tile_major + weight_byte_offset(o, c, row_bytes, true), row_major + o * row_bytes + c,
+                    static_cast<size_t>(kTileMajorGroupBytes));
+  };
+  const int64_t num_tiles = out / kTileMajorOutputs;
+  if (pool != nullptr) pool->parallel_for(num_tiles, tiles);
+  else tiles(0, num_tiles, 0);
 }
 
 Status check_fp8_linear(const Fp8Activations& x, const Fp8Weight& w) {

@@ -96,7 +96,7 @@ Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer,
   return b;
 }
 
-Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint) {
+Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, ThreadPool* pool) {
   // Pass 1: the distinct eligible tensors (one bound twice is copied once), each at a cache-line offset.
   struct Source {
     int64_t offset = 0;  // in the buffer
@@ -126,7 +126,7 @@ Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint) {
     if (tile_major || source == sources.end()) return;
     uint8_t* copy = tile_major_weights_.data() + source->second.offset;
     if (!source->second.copied) {
-      repack_tile_major(bytes, out, row_bytes, copy);
+      repack_tile_major(bytes, out, row_bytes, copy, pool);
       checkpoint.release(bytes, static_cast<size_t>(out * row_bytes));
       source->second.copied = true;
     }

@@ -55,8 +55,9 @@ class ModelWeights {
   // Copies every FP8 / MXFP4 linear whose shape allows it into tile-major order (kernels/linear.h) in a huge-page
   // buffer of its own, gives the file pages of the originals back (Checkpoint::release) and points the weights at
   // the copies: for kernel tables that prefer that order (LinearKernels::prefers_tile_major). Every table reads
-  // both orders with the same results. Returns how many linears are tile-major now.
-  Result<int64_t> to_tile_major(const Checkpoint& checkpoint);
+  // both orders with the same results. The copies run on `pool` (nullptr: this thread); on a real checkpoint
+  // they are hundreds of GB. Returns how many linears are tile-major now.
+  Result<int64_t> to_tile_major(const Checkpoint& checkpoint, ThreadPool* pool);
   // The rewritten weights' memory (empty when none), e.g. to lock it in RAM.
   const HugePageBuffer& tile_major_weights() const { return tile_major_weights_; }
 

@@ -256,8 +256,11 @@ TEST(TileMajor, RepackPutsEveryByteAtItsOffset) {
   std::vector<uint8_t> row_major(static_cast<size_t>(out * row_bytes));
   std::mt19937 rng(5);
   for (auto& b : row_major) b = static_cast<uint8_t>(rng());
-  std::vector<uint8_t> tiled(row_major.size());
+  std::vector<uint8_t> tiled(row_major.size()), tiled_on_pool(row_major.size());
   repack_tile_major(row_major.data(), out, row_bytes, tiled.data());
+  ThreadPool pool(3);
+  repack_tile_major(row_major.data(), out, row_bytes, tiled_on_pool.data(), &pool);
+  EXPECT_EQ(tiled_on_pool, tiled);
   for (int64_t o = 0; o < out; ++o)
     for (int64_t c = 0; c < row_bytes; ++c) {
       ASSERT_EQ(weight_byte_offset(o, c, row_bytes, false), o * row_bytes + c);
