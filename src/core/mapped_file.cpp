@@ -30,9 +30,9 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
-Status MappedFile::lock_in_memory() const {
+Status MappedFile::lock_in_memory(bool on_fault) const {
   if (data_ == nullptr || size_ == 0) return Status::Ok();
-  if (mlock(data_, size_) != 0) {
+  if ((on_fault ? mlock2(data_, size_, MLOCK_ONFAULT) : mlock(data_, size_)) != 0) {
     const int err = errno;
     return Status::Error(path_ + ": cannot lock " + std::to_string(size_) + " bytes in memory: " + std::strerror(err) +
                          (err == ENOMEM || err == EPERM ? " (the locked-memory limit, ulimit -l, is too low)" : ""));
@@ -47,7 +47,6 @@ void MappedFile::release(const uint8_t* p, size_t n) const {
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
   if (end <= begin) return;
   void* range = reinterpret_cast<void*>(begin);
-  (void)munlock(range, end - begin);
   (void)madvise(range, end - begin, MADV_DONTNEED);
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;

@@ -13,9 +13,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
   };
   auto checkpoint = Checkpoint::open(checkpoint_dir);
   if (!checkpoint.ok()) return checkpoint.status();
-  if (options.lock_weights) {
-    if (Status s = checkpoint->lock_in_memory(); !s.ok()) return s.with_context("locking the weights in memory");
-  }
   report("checkpoint", 0.3);
   std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(*checkpoint)));
   auto weights = ModelWeights::bind(runner->checkpoint_);
@@ -44,8 +41,13 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
     if (!rewritten.ok()) return rewritten.status().with_context("rewriting the weights in tile-major order");
     runner->tile_major_linears_ = *rewritten;
   }
-  // The copies are locked like the rest (the originals' pages were unlocked and given back).
+  // --mlock: after the rewrite, whose originals were given back and must not be read in again. Then the shards
+  // are locked as their pages are touched (the first steps read the rest), the copies at once. One call per
+  // mapping: locking tensor by tensor would split it into a memory area per tensor (the kernel's map count).
   if (options.lock_weights) {
+    const bool rewritten = runner->tile_major_linears_ > 0;
+    if (Status s = runner->checkpoint_.lock_in_memory(rewritten); !s.ok())
+      return s.with_context("locking the weights in memory");
     if (Status s = runner->weights_->tile_major_weights().lock_in_memory(); !s.ok()) return s;
   }
   auto layout = kv::KvLayout::from_config(runner->config());

@@ -200,9 +200,9 @@ void Checkpoint::release(const uint8_t* p, size_t n) const {
     if (shard->holds(p, n)) return shard->release(p, n);
 }
 
-Status Checkpoint::lock_in_memory() const {
+Status Checkpoint::lock_in_memory(bool on_fault) const {
   for (const auto& shard : shards_) {
-    if (Status s = shard->lock_in_memory(); !s.ok()) return s;
+    if (Status s = shard->lock_in_memory(on_fault); !s.ok()) return s;
   }
   return Status::Ok();
 }

@@ -51,8 +51,9 @@ class Checkpoint {
   const TensorView* find(const std::string& name) const;
   Result<const TensorView*> get(const std::string& name) const;  // error names the tensor and the dir
   std::vector<const TensorView*> all_tensors() const;
-  // Locks every shard's mapping in RAM (MappedFile::lock_in_memory); the error names the shard.
-  Status lock_in_memory() const;
+  // Locks every shard's mapping in RAM (MappedFile::lock_in_memory; on_fault: as pages are first touched, for
+  // shards part of which was released); the error names the shard.
+  Status lock_in_memory(bool on_fault = false) const;
   // Tensor bytes [p, p + n) copied elsewhere at load: their pages are given back (MappedFile::release). Reading
   // them again stays correct. Bytes in no shard are ignored.
   void release(const uint8_t* p, size_t n) const;

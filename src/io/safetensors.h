@@ -23,7 +23,7 @@ class SafetensorsFile {
   const TensorView* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return file_.path(); }
-  Status lock_in_memory() const { return file_.lock_in_memory(); }
+  Status lock_in_memory(bool on_fault = false) const { return file_.lock_in_memory(on_fault); }
   bool holds(const uint8_t* p, size_t n) const { return file_.contains(p, n); }
   void release(const uint8_t* p, size_t n) const { file_.release(p, n); }
 
