@@ -322,6 +322,35 @@ TEST(CheckpointOpen, ReleasedBytesStillReadBackFromTheFile) {
   ckpt->release(outside, sizeof(outside));
 }
 
+// --mlock after a load-time copy: released pages leave the page cache, locking on fault does not read them in
+// again, and reading them (which nothing does after the copy) still gives the file's bytes.
+TEST(CheckpointOpen, LockOnFaultLeavesReleasedPagesOut) {
+  ScratchDir dir;
+  for (const auto& entry : std::filesystem::directory_iterator(golden_checkpoint("tiny-a"))) {
+    if (entry.is_regular_file()) std::filesystem::copy_file(entry.path(), dir.file(entry.path().filename().string()));
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {  // clean pages can be dropped
+    const int fd = ::open(entry.path().c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ::fsync(fd);
+    ::close(fd);
+  }
+  auto ckpt = Checkpoint::open(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  const TensorView* largest = nullptr;
+  for (const TensorView* t : ckpt->all_tensors())
+    if (largest == nullptr || t->num_bytes > largest->num_bytes) largest = t;
+  ASSERT_NE(largest, nullptr);
+  const std::vector<uint8_t> original(largest->data, largest->data + largest->num_bytes);  // reads it in
+  ckpt->release(largest->data, largest->num_bytes);
+  // Pages left resident: the partial first and last, and the page cache's large folios that straddle the ends.
+  const auto [left, pages] = resident_pages(*largest);
+  EXPECT_LT(left, pages / 2) << "of " << pages << " pages";
+  ASSERT_TRUE(ckpt->lock_in_memory(/*on_fault=*/true).ok());
+  EXPECT_EQ(resident_pages(*largest).first, left) << "locking on fault read released pages in";
+  EXPECT_EQ(std::memcmp(largest->data, original.data(), original.size()), 0);
+}
+
 TEST(CheckpointOpen, SyntheticCheckpointsOpenSingleAndSharded) {
   {
     Synthetic s;
