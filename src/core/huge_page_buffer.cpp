@@ -1,5 +1,7 @@
 #include "core/huge_page_buffer.h"
 
+#include "core/memory_lock.h"
+
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -60,14 +62,7 @@ Result<HugePageBuffer> HugePageBuffer::allocate(size_t bytes) {
 }
 
 Status HugePageBuffer::lock_in_memory() const {
-  if (data_ == nullptr) return Status::Ok();
-  if (mlock(data_, mapped_) != 0) {
-    const int err = errno;
-    return Status::Error("cannot lock " + std::to_string(mapped_) + " bytes of rewritten weights in memory: " +
-                         std::strerror(err) +
-                         (err == ENOMEM || err == EPERM ? " (the locked-memory limit, ulimit -l, is too low)" : ""));
-  }
-  return Status::Ok();
+  return lock_memory(data_, mapped_, false, "the tile-major weight copies");
 }
 
 }  // namespace dsflash

@@ -1,5 +1,7 @@
 #include "core/mapped_file.h"
 
+#include "core/memory_lock.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -31,13 +33,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 Status MappedFile::lock_in_memory(bool on_fault) const {
-  if (data_ == nullptr || size_ == 0) return Status::Ok();
-  if ((on_fault ? mlock2(data_, size_, MLOCK_ONFAULT) : mlock(data_, size_)) != 0) {
-    const int err = errno;
-    return Status::Error(path_ + ": cannot lock " + std::to_string(size_) + " bytes in memory: " + std::strerror(err) +
-                         (err == ENOMEM || err == EPERM ? " (the locked-memory limit, ulimit -l, is too low)" : ""));
-  }
-  return Status::Ok();
+  return lock_memory(data_, size_, on_fault, path_);
 }
 
 void MappedFile::release(const uint8_t* p, size_t n) const {

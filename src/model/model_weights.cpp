@@ -96,6 +96,17 @@ Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer,
   return b;
 }
 
+namespace {
+// Every FP8 / MXFP4 linear of the blocks (attention and MoE).
+void for_each_quantised_linear(std::vector<BlockWeights>& blocks, FunctionRef<void(Fp8Weight&)> fp8,
+                               FunctionRef<void(Fp4Weight&)> fp4) {
+  for (BlockWeights& block : blocks) {
+    if (block.attention) block.attention->for_each_fp8_linear(fp8);
+    if (block.moe) block.moe->for_each_quantised_linear(fp8, fp4);
+  }
+}
+}  // namespace
+
 Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, ThreadPool* pool) {
   // Pass 1: the distinct eligible tensors (one bound twice is copied once), each at a cache-line offset.
   struct Source {
@@ -109,12 +120,9 @@ Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, Thread
     sources[bytes].offset = total;
     total += (out * row_bytes + 63) / 64 * 64;
   };
-  auto plan_fp8 = [&](Fp8Weight& w) { plan(w.codes, w.out, w.in, w.tile_major); };
-  auto plan_fp4 = [&](Fp4Weight& w) { plan(w.packed, w.out, w.in / 2, w.tile_major); };
-  for (BlockWeights& block : blocks_) {
-    if (block.attention) block.attention->for_each_fp8_linear(plan_fp8);
-    if (block.moe) block.moe->for_each_quantised_linear(plan_fp8, plan_fp4);
-  }
+  for_each_quantised_linear(
+      blocks_, [&](Fp8Weight& w) { plan(w.codes, w.out, w.in, w.tile_major); },
+      [&](Fp4Weight& w) { plan(w.packed, w.out, w.in / 2, w.tile_major); });
   if (total == 0) return int64_t{0};
   auto buffer = HugePageBuffer::allocate(static_cast<size_t>(total));
   if (!buffer.ok()) return buffer.status();
@@ -134,12 +142,9 @@ Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, Thread
     tile_major = true;
     ++rewritten;
   };
-  auto rewrite_fp8 = [&](Fp8Weight& w) { rewrite(w.codes, w.out, w.in, w.tile_major); };
-  auto rewrite_fp4 = [&](Fp4Weight& w) { rewrite(w.packed, w.out, w.in / 2, w.tile_major); };
-  for (BlockWeights& block : blocks_) {
-    if (block.attention) block.attention->for_each_fp8_linear(rewrite_fp8);
-    if (block.moe) block.moe->for_each_quantised_linear(rewrite_fp8, rewrite_fp4);
-  }
+  for_each_quantised_linear(
+      blocks_, [&](Fp8Weight& w) { rewrite(w.codes, w.out, w.in, w.tile_major); },
+      [&](Fp4Weight& w) { rewrite(w.packed, w.out, w.in / 2, w.tile_major); });
   return rewritten;
 }
 

@@ -95,8 +95,9 @@ Result<Fingerprint> fingerprint_checkpoint(const Checkpoint& checkpoint) {
       s = add_shard_header(state, shard);
       if (!s.ok()) return s;
     }
-    // all_tensors() is in a fixed order (by name). The samples are read from the files: the mapped bytes of some
-    // tensors are rewritten at load for the kernels (ModelWeights::to_tile_major), and the model is the files.
+    // all_tensors() is in a fixed order (by name). The samples are read from the files, not the mapping: tensors
+    // copied at load (ModelWeights::to_tile_major) had their mapped pages given back, and reading them there would
+    // fault them in again (and lock them, under --mlock).
     std::map<std::string, std::ifstream> files;
     for (const TensorView* tensor : checkpoint.all_tensors()) {
       add_text(state, tensor->name);
