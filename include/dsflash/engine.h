@@ -40,8 +40,8 @@ struct LoadOptions {
   // Lock the weights in RAM (mlock of the mapped shards: read in at load, never paged out). Needs a locked-memory
   // limit (ulimit -l) of the checkpoint's size, or root.
   bool lock_weights = false;
-  // Rewrite the FP8/MXFP4 weights in tile-major order at load when the kernels prefer it: the same results, each
-  // 16 outputs' bytes read as one stream. The rewritten pages are the process's own (the files never change).
+  // Copy the FP8/MXFP4 weights into tile-major order at load when the kernels prefer it (results within the
+  // kernels' reordering bound, a faster decode); the originals' file pages are given back (the files never change).
   bool tile_major_weights = true;
   int64_t kv_budget_bytes = int64_t{1} << 30;  // KV cache of all running requests (global pages + fixed state)
   int64_t kv_block_tokens = 64;            // positions per global-KV block

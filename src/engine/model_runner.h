@@ -26,7 +26,7 @@ struct RunnerOptions {
   int64_t kv_budget_bytes = int64_t{8} << 30;  // the runner's own sequences (new_sequence)
   bool lock_weights = false;  // mlock the checkpoint's mappings (Checkpoint::lock_in_memory)
   // Rewrite FP8/MXFP4 weights in tile-major order at load when the kernels prefer it (ModelWeights::to_tile_major;
-  // same results, a faster read). false keeps the checkpoint's order (to compare the two).
+  // results within the kernels' reordering bound, a faster decode). false keeps the checkpoint's order (to compare).
   bool tile_major_weights = true;
 };
 

@@ -41,7 +41,7 @@ struct TensorView {
   const uint8_t* data = nullptr;
   size_t num_bytes = 0;
   std::string file;  // the shard it lives in (for error messages)
-  uint64_t file_offset = 0;  // where its bytes start in that file (they may be rewritten in memory at load)
+  uint64_t file_offset = 0;  // where its bytes start in that file (its mapped pages may be given back at load)
 
   int64_t num_elements() const;
   int64_t dim(int i) const { return shape.at(static_cast<size_t>(i)); }

@@ -19,26 +19,54 @@ struct Fp8Activations {
   int64_t k = 0;
 };
 
-// Byte order of FP8 codes / FP4 packed bytes, rows of row_bytes (in for FP8, in/2 for FP4) per output.
-// Row-major (the checkpoint's): output o's byte c at o * row_bytes + c.
-// Tile-major (a load-time repack for kernels that read 16 outputs at a time): every 16 outputs
-// [16, row_bytes] become [row_bytes/64][16][64]: byte c of output 16t + i at
-// 16t * row_bytes + (c/64) * 1024 + i * 64 + c%64. A decode step then reads each tile as one forward stream
-// instead of 16 interleaved ones. Possible when out % 16 == 0 and row_bytes % 64 == 0; scales never move.
+// Order of FP8 codes / FP4 packed codes in memory.
+// Row-major (the checkpoint's): output o's codes at o * in + k (FP8), byte o * in/2 + k/2, low nibble = even k (FP4).
+// Tile-major (a load-time repack for kernels that read 16 outputs at a time, LinearKernels::prefers_tile_major):
+// every 16 outputs are one tile of contiguous bytes, cut into 64-byte vectors that each hold a few k of all 16
+// outputs, k ascending (so a 32-K block of a tile is 512 / 256 consecutive bytes). Inside a vector, the bytes
+// sit where a kernel that decodes them to bf16 gets 32-bit lane i = two adjacent k of output i (an operand of
+// vdpbf16ps against a broadcast activation pair), with i = o % 16:
+// - FP8, 4 k per vector: code (o, k) at byte 16 * (i/4) + 8 * ((k%4)/2) + 2 * (i%4) + k%2 of vector k/4.
+//   vpunpck{l,h}bw of the decoded low/high bytes give lane i = pairs k/2 = 2v and 2v+1 of vector v.
+// - FP4, 8 k per vector: code (o, k) in 16-bit word 2i + k%2 of vector k/8, nibble (k%8)/2 of that word.
+//   vpermw on the words shifted right by 4q gives lane i = pair 4v + q of vector v.
+// FP4 scales move with their codes: scale (o, b) at (o/16) * 16 * kb + 16 * b + o%16 (kb = in/32), so that a
+// tile's 16 scales of a block are 16 consecutive bytes; FP8 scales (one per 32x32 block) never move.
+// Possible when out % 16 == 0 and in % 32 == 0 (every quantised linear of the real model).
 constexpr int64_t kTileMajorOutputs = 16;
-constexpr int64_t kTileMajorGroupBytes = 64;
-inline bool tile_major_possible(int64_t out, int64_t row_bytes) {
-  return out > 0 && row_bytes > 0 && out % kTileMajorOutputs == 0 && row_bytes % kTileMajorGroupBytes == 0;
+constexpr int64_t kTileMajorVectorBytes = 64;
+inline bool tile_major_possible(int64_t out, int64_t in) {
+  return out > 0 && in > 0 && out % kTileMajorOutputs == 0 && in % 32 == 0;
 }
-inline int64_t weight_byte_offset(int64_t o, int64_t c, int64_t row_bytes, bool tile_major) {
-  if (!tile_major) return o * row_bytes + c;
-  return (o - o % kTileMajorOutputs) * row_bytes + (c / kTileMajorGroupBytes) * kTileMajorOutputs * kTileMajorGroupBytes +
-         (o % kTileMajorOutputs) * kTileMajorGroupBytes + c % kTileMajorGroupBytes;
+// Byte of FP8 code (o, k) in the tile-major order of a weight with `in` inputs.
+inline int64_t fp8_tile_major_offset(int64_t o, int64_t k, int64_t in) {
+  const int64_t i = o % kTileMajorOutputs;
+  return (o - i) * in + (k / 4) * kTileMajorVectorBytes + 16 * (i / 4) + 8 * ((k % 4) / 2) + 2 * (i % 4) + k % 2;
 }
-// Writes row-major bytes [out, row_bytes] into `tile_major` (out * row_bytes bytes, not overlapping) in tile-major
-// order, tiles split over the pool (nullptr: this thread). Precondition: tile_major_possible(out, row_bytes).
-void repack_tile_major(const uint8_t* row_major, int64_t out, int64_t row_bytes, uint8_t* tile_major,
-                       ThreadPool* pool = nullptr);
+// Byte and bit shift of FP4 code (o, k) in the tile-major order of a weight with `in` inputs.
+struct NibbleOffset {
+  int64_t byte;
+  int shift;  // 0: low nibble, 4: high nibble
+};
+inline NibbleOffset fp4_tile_major_offset(int64_t o, int64_t k, int64_t in) {
+  const int64_t i = o % kTileMajorOutputs;
+  const int64_t q = (k % 8) / 2;  // nibble of the 16-bit word
+  return {(o - i) * (in / 2) + (k / 8) * kTileMajorVectorBytes + 2 * (2 * i + k % 2) + q / 2, static_cast<int>(4 * (q % 2))};
+}
+// Index of FP4 scale (o, b) in either order, for a weight with kb = in/32 blocks per output.
+inline int64_t fp4_scale_index(int64_t o, int64_t b, int64_t kb, bool tile_major) {
+  if (!tile_major) return o * kb + b;
+  const int64_t i = o % kTileMajorOutputs;
+  return (o - i) * kb + kTileMajorOutputs * b + i;
+}
+// Writes a row-major weight into `tile_major` (the same number of bytes, not overlapping), tiles split over the
+// pool (nullptr: this thread). Precondition: tile_major_possible(out, in).
+void repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
+                           ThreadPool* pool = nullptr);
+void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
+                           ThreadPool* pool = nullptr);
+// FP4 scales [out, in/32] -> the tile-major order above (out * in/32 bytes).
+void repack_fp4_scales_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major);
 
 // FP8 linear weight: codes [out, in] e4m3, scales [ceil(out/32), ceil(in/32)] ue8m0 (one per 32x32 block).
 struct Fp8Weight {
@@ -48,6 +76,9 @@ struct Fp8Weight {
   int64_t in = 0;
   bool tile_major = false;  // codes in tile-major order (see above)
 };
+// Output o's block b (32 codes, k order) in row-major bytes: a pointer into the weight when it is row-major,
+// else `scratch` after gathering them.
+const uint8_t* fp8_block_codes(const Fp8Weight& w, int64_t o, int64_t b, uint8_t (&scratch)[32]);
 
 // MXFP4 routed-expert weight: packed [out, in/2] e2m1 (low nibble = even k), scales [out, in/32] ue8m0.
 struct Fp4Weight {
@@ -55,8 +86,10 @@ struct Fp4Weight {
   const uint8_t* scales = nullptr;
   int64_t out = 0;
   int64_t in = 0;
-  bool tile_major = false;  // packed bytes in tile-major order (see above)
+  bool tile_major = false;  // packed codes and scales in tile-major order (see above)
 };
+// Output o's block b as 16 row-major packed bytes (low nibble = even k): into the weight, or `scratch`.
+const uint8_t* fp4_block_packed(const Fp4Weight& w, int64_t o, int64_t b, uint8_t (&scratch)[16]);
 
 // BF16 weight [out, in] (also used for "promoted to fp32" weights: bf16 -> fp32 is exact).
 struct Bf16Weight {

@@ -79,7 +79,7 @@ struct GemmArgs {
   const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
   const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
   int64_t out = 0, in = 0, kb = 0, rows = 0;
-  bool tile_major = false;             // weight byte order (kernels/linear.h)
+  bool tile_major = false;             // weight order (kernels/linear.h)
   const float* act = nullptr;          // [rows, in] fp32 values
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
   float* y = nullptr;                  // [rows, out]
@@ -104,10 +104,14 @@ void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
       for (int i = 0; i < kTile; ++i)
         for (int64_t b = b0; b < b1; ++b) {
           if constexpr (kFp4) {
-            fp4_block_to_f32(g.w + weight_byte_offset(rows_o[i], b * 16, g.in / 2, g.tile_major), magnitudes, scratch[i][b - b0]);
-            sw[b - b0][i] = dt.e8m0_f32[g.w_scales[rows_o[i] * g.kb + b]];
+            uint8_t gathered[16];
+            const Fp4Weight w{g.w, g.w_scales, g.out, g.in, g.tile_major};
+            fp4_block_to_f32(fp4_block_packed(w, rows_o[i], b, gathered), magnitudes, scratch[i][b - b0]);
+            sw[b - b0][i] = dt.e8m0_f32[g.w_scales[fp4_scale_index(rows_o[i], b, g.kb, g.tile_major)]];
           } else {
-            fp8_block_to_f32(g.w + weight_byte_offset(rows_o[i], b * 32, g.in, g.tile_major), scratch[i][b - b0]);
+            uint8_t gathered[32];
+            const Fp8Weight w{g.w, g.w_scales, g.out, g.in, g.tile_major};
+            fp8_block_to_f32(fp8_block_codes(w, rows_o[i], b, gathered), scratch[i][b - b0]);
             sw[b - b0][i] = dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]];
           }
         }

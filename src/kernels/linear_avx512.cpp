@@ -6,9 +6,8 @@
 // always; otherwise only the in-block summation order differs from the reference). The per-block scaling
 // and the K-order accumulation are the reference's: y = y + (partial * sa) * sw, one block after another.
 //
-// Weights come in either byte order of kernels/linear.h (row-major, or tile-major from the load-time copy); the
-// paths below address them through GemmArgs::output_stride / group_stride and give the same bits on both.
-// Three paths, all with tiles of 16 outputs (lane = output in the results):
+// Weights come in either order of kernels/linear.h. Row-major (the checkpoint's, kept for shapes the
+// load-time copy does not take), three paths, all with tiles of 16 outputs (lane = output in the results):
 // - FP8, rows == 1 (fp8_decode_tiles): K walked in pairs of blocks; for one output, 64 codes become two zmm
 //   of bf16 whose low 256 bits hold block b and high 256 bits block b+1 (activations prepared in the same
 //   order), a transposing reduction of 16 outputs gives P_b, P_b+1. Convert and multiply in registers.
@@ -17,8 +16,13 @@
 // - other rows >= 2 (gemm_tiles_rows): weight tiles converted once per 32-K block into an L1 scratch laid out
 //   [16 k-pairs][16 outputs] bf16 dwords; per row, 16 vdpbf16ps with broadcast activation pairs leave the
 //   block partials of 16 outputs in one zmm (no horizontal reduction); the scratch serves every row.
-// The in-block summation order differs between the decode paths and the multi-row path (only where a
-// block's fp32 sum is inexact can a row's result depend on whether it ran alone).
+// Tile-major (the load-time copy): each 64-byte vector decodes straight into that scratch layout (FP8: 2 pairs
+// with the two byte lookups and unpacks, FP4: 4 pairs with a shift and vpermw each), so there is neither a
+// gather nor a reduction. Rows 1..4 (tiled_decode_tiles) keep the pairs in registers, two tiles at a time;
+// more rows go through gemm_tiles_rows. Both sum a block's 16 pairs in one chain in pair order, so a row's
+// result does not depend on the rows it runs with.
+// On row-major weights the in-block summation order differs between the decode paths and the multi-row path
+// (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
 // GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -Wmaybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -39,6 +43,8 @@ namespace dsflash::linear_impl {
 namespace {
 
 constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
+static_assert(kTile == kTileMajorOutputs);
+constexpr int64_t kGroupBytes = 64;  // row-major paths: one zmm of an output's bytes
 constexpr int kChunkPairs = 16;   // block pairs per chunk of weight scales
 constexpr int64_t kPrefetchPairs = 8;  // FP8: 8 pairs x 16 rows x 64 B = 8 KB ahead (FP4: twice the pairs)
 
@@ -98,10 +104,7 @@ struct GemmArgs {
   const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
   const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
   int64_t out = 0, in = 0, kb = 0, npairs = 0, rows = 0;
-  // Weight byte order (kernels/linear.h): byte c of output 16t + i at
-  // 16t * row_bytes + i * output_stride + (c/64) * group_stride + c%64.
-  // Row-major: output_stride = row_bytes, group_stride = 64; tile-major: 64 and 1024.
-  int64_t output_stride = 0, group_stride = 0;
+  bool tile_major = false;  // weight order (kernels/linear.h)
   const uint16_t* act = nullptr;      // prepared [rows, npairs, 64] bf16
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
   float* y = nullptr;                 // [rows, out]
@@ -180,7 +183,16 @@ DSFLASH_AVX512 inline __m512 e8m0_to_f32_x16(__m512i codes) {
 DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* rows_o, int64_t b_begin,
                                              int64_t b_end, float (*sw)[kTile]);
 
-// FP4 weight scales of tile `tile` ([16 outputs, kb] ue8m0, contiguous) into the cache. The dword gathers
+// FP4 tile-major scales (kernels/linear.h) of tile `tile` for blocks [b_begin, b_end): 16 consecutive bytes each.
+DSFLASH_AVX512 inline void fp4_tiled_scales(const GemmArgs& g, int64_t tile, int64_t b_begin, int64_t b_end,
+                                            float (*sw)[kTile]) {
+  const uint8_t* base = g.w_scales + tile * kTile * g.kb;
+  for (int64_t b = b_begin; b < b_end; ++b)
+    _mm512_store_ps(sw[b - b_begin], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + kTile * b)))));
+}
+
+// FP4 weight scales of tile `tile` ([16 outputs, kb] ue8m0 in either order, contiguous) into the cache. The dword gathers
 // of fp4_weight_scales touch 16 lines at once and would otherwise wait for memory every 16 blocks.
 DSFLASH_AVX512 inline void prefetch_fp4_scales(const GemmArgs& g, int64_t tile) {
   const int64_t o0 = tile * kTile;
@@ -200,7 +212,7 @@ DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
 
   // Weights of output `row` (its first byte), block pair p -> W0, W1 (a lone last block reads only its own bytes).
   auto convert = [&](const uint8_t* row, int64_t p, bool half, __m512i* w0, __m512i* w1) DSFLASH_AVX512 {
-    const uint8_t* src = row + p * g.group_stride;
+    const uint8_t* src = row + p * kGroupBytes;
     __m512i codes = half ? _mm512_maskz_loadu_epi8(0xffffffffull, src) : _mm512_loadu_si512(src);
     fp8_to_bf16(codes, lo0, lo1, hi0, hi1, w0, w1);
   };
@@ -215,7 +227,7 @@ DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
     const int64_t t = tile + q / g.npairs;
     if (t >= tile_end) return nullptr;
     const int64_t row0 = std::min(t * kTile, g.out - kTile >= 0 ? g.out - kTile : 0);
-    return g.w + row0 * row_bytes + (q % g.npairs) * g.group_stride;
+    return g.w + row0 * row_bytes + (q % g.npairs) * kGroupBytes;
   };
 
   alignas(64) float sw[2 * kChunkPairs][kTile];                  // weight scales of the chunk's blocks
@@ -224,7 +236,7 @@ DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
     const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
     const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
     const uint8_t* rows[kTile];  // outputs past the end repeat the last one; their lanes are not stored
-    for (int i = 0; i < kTile; ++i) rows[i] = g.w + o0 * row_bytes + std::min(i, n - 1) * g.output_stride;
+    for (int i = 0; i < kTile; ++i) rows[i] = g.w + (o0 + std::min(i, n - 1)) * row_bytes;
 
     for (int64_t p0 = 0; p0 < g.npairs; p0 += kChunkPairs) {
       const int64_t p1 = std::min(g.npairs, p0 + kChunkPairs);
@@ -239,7 +251,7 @@ DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
         const uint8_t* ahead = prefetch_base(tile, p);
         auto dot = [&](int i) DSFLASH_AVX512 {
           __m512i w0, w1;
-          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * g.output_stride), _MM_HINT_T0);
+          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
           convert(rows[i], p, half, &w0, &w1);
           return dot_pair(w0, w1, a0, a1);
         };
@@ -255,6 +267,50 @@ DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
       _mm512_mask_storeu_ps(g.y + o0, store_mask, y);
     }
   }
+}
+
+// ---- Tile-major vectors ----
+// A 32-K block of a tile-major tile is kTiledVectors<kFp4> vectors of 64 bytes; vector v decodes to the pairs
+// j = kTiledPairs * v + p (p < kTiledPairs) as zmm W_j, dword lane i = output i's bf16 (k = 2j, 2j+1) of the block.
+template <bool kFp4>
+constexpr int kTiledVectors = kFp4 ? 4 : 8;
+template <bool kFp4>
+constexpr int kTiledPairs = kFp4 ? 4 : 2;
+
+// The lookup tables of tiled_pairs, loaded once per call of a kernel (FP8: the four halves of the byte tables;
+// FP4: the e2m1 word table in the first).
+template <bool kFp4>
+DSFLASH_AVX512 inline void load_tiled_tables(__m512i* tables) {
+  const Avx512Tables& at = avx512_tables();
+  if constexpr (kFp4) {
+    tables[0] = _mm512_load_si512(at.fp4);
+  } else {
+    tables[0] = _mm512_load_si512(at.fp8_lo);
+    tables[1] = _mm512_load_si512(at.fp8_lo + 64);
+    tables[2] = _mm512_load_si512(at.fp8_hi);
+    tables[3] = _mm512_load_si512(at.fp8_hi + 64);
+  }
+}
+
+template <bool kFp4>
+DSFLASH_AVX512 inline void tiled_pairs(const uint8_t* vector, const __m512i* tables, __m512i* w) {
+  const __m512i raw = _mm512_loadu_si512(vector);
+  if constexpr (kFp4) {
+    // vpermw reads the low 5 bits of a word: nibble q and the next one's low bit (the table repeats).
+    w[0] = _mm512_permutexvar_epi16(raw, tables[0]);
+    w[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 4), tables[0]);
+    w[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 8), tables[0]);
+    w[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 12), tables[0]);
+  } else {
+    fp8_to_bf16(raw, tables[0], tables[1], tables[2], tables[3], &w[0], &w[1]);
+  }
+}
+
+// Broadcast activation pair j of a block (bf16 [32] at `block`) to every lane.
+DSFLASH_AVX512 inline __m512bh activation_pair(const uint16_t* block, int j) {
+  uint32_t pair;
+  std::memcpy(&pair, block + 2 * j, 4);
+  return (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
 }
 
 // ---- Multi-row path (rows >= 2) ----
@@ -455,17 +511,19 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
   const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
   const __m512i fp4_gather = _mm512_load_si512(at.fp4_gather);
   const __m512i fp4_lo = _mm512_load_si512(at.fp4_lo), fp4_hi = _mm512_load_si512(at.fp4_hi);
+  __m512i tiled_tables[4];
+  load_tiled_tables<kFp4>(tiled_tables);
   const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
   const int64_t block_bytes = kFp4 ? 16 : 32;
   const int64_t blocks_per_line = 64 / block_bytes;
   // Weight rows of a tile (first bytes): outputs past the end repeat the last one (their lanes are not stored).
   auto tile_rows = [&](int64_t tile, const uint8_t** rows) {
     for (int i = 0; i < kTile; ++i)
-      rows[i] = g.w + tile * kTile * row_bytes + std::min<int64_t>(i, g.out - 1 - tile * kTile) * g.output_stride;
+      rows[i] = g.w + (tile * kTile + std::min<int64_t>(i, g.out - 1 - tile * kTile)) * row_bytes;
   };
   // Block b of an output, from its first byte.
   auto block_offset = [&](int64_t b) {
-    return (b / blocks_per_line) * g.group_stride + (b % blocks_per_line) * block_bytes;
+    return (b / blocks_per_line) * kGroupBytes + (b % blocks_per_line) * block_bytes;
   };
 
   alignas(64) float sw[2][kBlocksPerChunk][kTile];
@@ -490,11 +548,28 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
       const int nb = static_cast<int>(std::min<int64_t>(kBlocksPerChunk, g.kb - b0));
       for (int t = 0; t < nt; ++t) {
         if constexpr (kFp4) {
-          fp4_weight_scales(g, rows_o[t], b0, b0 + nb, sw[t]);
+          if (g.tile_major) fp4_tiled_scales(g, tile + t, b0, b0 + nb, sw[t]);
+          else fp4_weight_scales(g, rows_o[t], b0, b0 + nb, sw[t]);
         } else {
           const int64_t scale_row = (o0 + t * kTile) / 32;
           for (int b = 0; b < nb; ++b)
             _mm512_store_ps(sw[t][b], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[scale_row * g.kb + b0 + b]]));
+        }
+        if (g.tile_major) {
+          // The chunk is nb * block bytes in a row; the next chunk of this tile (if any) follows it.
+          const int64_t chunk_bytes = kTiledVectors<kFp4> * kTileMajorVectorBytes * kBlocksPerChunk;
+          const uint8_t* src = g.w + (tile + t) * kTile * row_bytes + b0 * kTiledVectors<kFp4> * kTileMajorVectorBytes;
+          const bool prefetch = b0 + kBlocksPerChunk < g.kb;
+          for (int b = 0; b < nb; ++b)
+            for (int v = 0; v < kTiledVectors<kFp4>; ++v) {
+              const uint8_t* vector = src + (b * kTiledVectors<kFp4> + v) * kTileMajorVectorBytes;
+              if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(vector + chunk_bytes), _MM_HINT_T0);
+              __m512i w[kTiledPairs<kFp4>];
+              tiled_pairs<kFp4>(vector, tiled_tables, w);
+              for (int p = 0; p < kTiledPairs<kFp4>; ++p)
+                _mm512_store_si512(scratch[t] + 16 * b + kTiledPairs<kFp4> * v + p, w[p]);
+            }
+          continue;
         }
         // The rows' bytes of the next chunk (these tiles, or the next pair of the range) are prefetched
         // while this one converts: 16-32 short row streams defeat the hardware prefetchers.
@@ -542,6 +617,89 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
       }
     }
   }
+}
+
+// ---- Tile-major decode (rows 1..kTiledDecodeMaxRows) ----
+constexpr int64_t kTiledDecodeMaxRows = 4;
+constexpr int kTiledScaleBlocks = 32;  // weight scales are read 32 blocks at a time
+// Software prefetch distance along each tile's stream. The out-of-order window alone reaches ~2 KB ahead at ~15
+// instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs; 4 KB measured best
+// of 1-16 KB (bench_linear, wo_b / w2 tiled, rows:1).
+constexpr int64_t kTiledPrefetchBytes = 4096;
+
+// NT (1 or 2) adjacent tiles from `tile` on, all of K, for R rows of plain bf16 activations (g.act [R, in]).
+// Each vector is decoded once for the R rows, and each activation broadcast serves the NT tiles. Per (row,
+// tile, block) one accumulator takes the 16 pairs in order, as rows_chunk does; two tiles give two independent
+// chains, and the blocks' chains overlap out of order.
+template <bool kFp4, int R, int NT>
+DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
+  constexpr int kVectors = kTiledVectors<kFp4>, kPairs = kTiledPairs<kFp4>;
+  constexpr int64_t kBlockBytes = kVectors * kTileMajorVectorBytes;  // one block of a tile
+  const float* e8m0 = linear_decode_tables().e8m0_f32;
+  __m512i tables[4];
+  load_tiled_tables<kFp4>(tables);
+  const int64_t tile_bytes = kTile * (kFp4 ? g.in / 2 : g.in);
+  const uint8_t* w = g.w + tile * tile_bytes;
+  if constexpr (kFp4)  // the next call's
+    for (int t = 0; t < NT; ++t) prefetch_fp4_scales(g, tile + NT + t);
+  __m512 y[R][NT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) y[r][t] = _mm512_setzero_ps();
+  alignas(64) float sw[NT][kTiledScaleBlocks][kTile];
+  for (int64_t b0 = 0; b0 < g.kb; b0 += kTiledScaleBlocks) {
+    const int64_t b1 = std::min<int64_t>(g.kb, b0 + kTiledScaleBlocks);
+    for (int t = 0; t < NT; ++t) {
+      const int64_t o0 = (tile + t) * kTile;
+      if constexpr (kFp4) {
+        fp4_tiled_scales(g, tile + t, b0, b1, sw[t]);
+      } else {
+        for (int64_t b = b0; b < b1; ++b)
+          _mm512_store_ps(sw[t][b - b0], _mm512_set1_ps(e8m0[g.w_scales[(o0 / 32) * g.kb + b]]));
+      }
+    }
+    // NB blocks at a time: their chains are independent, so NB x NT x R of them are in flight (one chain alone
+    // would wait ~6 cycles per pair on the previous vdpbf16ps).
+    auto blocks = [&]<int NB>(int64_t b) DSFLASH_AVX512 {
+      __m512 acc[NB][R][NT];
+      for (int n = 0; n < NB; ++n)
+        for (int r = 0; r < R; ++r)
+          for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_setzero_ps();
+      for (int n = 0; n < NB; ++n)
+        for (int v = 0; v < kVectors; ++v) {
+          __m512i pairs[NT][kPairs];
+          for (int t = 0; t < NT; ++t) {
+            const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
+            _mm_prefetch(reinterpret_cast<const char*>(vector + kTiledPrefetchBytes), _MM_HINT_T0);
+            tiled_pairs<kFp4>(vector, tables, pairs[t]);
+          }
+          for (int p = 0; p < kPairs; ++p)
+            for (int r = 0; r < R; ++r) {
+              const __m512bh x = activation_pair(g.act + r * g.in + 32 * (b + n), kPairs * v + p);
+              for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_dpbf16_ps(acc[n][r][t], (__m512bh)pairs[t][p], x);
+            }
+        }
+      for (int n = 0; n < NB; ++n)  // blocks in K order
+        for (int r = 0; r < R; ++r) {
+          const __m512 sa = _mm512_set1_ps(e8m0[g.act_scales[r * g.kb + b + n]]);
+          for (int t = 0; t < NT; ++t)
+            y[r][t] = _mm512_add_ps(y[r][t],
+                                    _mm512_mul_ps(_mm512_mul_ps(acc[n][r][t], sa), _mm512_load_ps(sw[t][b + n - b0])));
+        }
+    };
+    constexpr int kBlocksAtOnce = R == 1 ? 4 : R == 2 ? 2 : 1;
+    int64_t b = b0;
+    for (; b + kBlocksAtOnce <= b1; b += kBlocksAtOnce) blocks.template operator()<kBlocksAtOnce>(b);
+    for (; b < b1; ++b) blocks.template operator()<1>(b);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(g.y + r * g.out + (tile + t) * kTile, y[r][t]);
+}
+
+template <bool kFp4, int R>
+DSFLASH_AVX512 void tiled_decode_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  int64_t tile = tile_begin;
+  for (; tile + 2 <= tile_end; tile += 2) tiled_decode<kFp4, R, 2>(g, tile);
+  if (tile < tile_end) tiled_decode<kFp4, R, 1>(g, tile);
 }
 
 // ---- MXFP4 decode (rows == 1) ----
@@ -616,7 +774,7 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
     const int64_t t = tile + q / groups;
     if (t >= tile_end) return nullptr;
     const int64_t row0 = std::min(t * kTile, g.out - kTile >= 0 ? g.out - kTile : 0);
-    return g.w + row0 * row_bytes + (q % groups) * g.group_stride;
+    return g.w + row0 * row_bytes + (q % groups) * kGroupBytes;
   };
   alignas(64) float sw[4 * kFp4DecodeChunkGroups][kTile];
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
@@ -627,7 +785,7 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
     const uint8_t* rows[kTile];  // first bytes
     for (int i = 0; i < kTile; ++i) {
       rows_o[i] = o0 + std::min(i, n - 1);
-      rows[i] = g.w + o0 * row_bytes + std::min(i, n - 1) * g.output_stride;
+      rows[i] = g.w + (o0 + std::min(i, n - 1)) * row_bytes;
     }
     if (tile == tile_begin) prefetch_fp4_scales(g, tile);
     RowVecs<R> y;
@@ -645,8 +803,8 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
         if (gi == std::max<int64_t>(0, groups - kFp4DecodeScaleLeadGroups) && tile + 1 < tile_end)
           prefetch_fp4_scales(g, tile + 1);
         auto dot = [&](int i) DSFLASH_AVX512 {
-          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * g.output_stride), _MM_HINT_T0);
-          const uint8_t* src = rows[i] + gi * g.group_stride;
+          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
+          const uint8_t* src = rows[i] + gi * kGroupBytes;
           const __m512i raw = nblocks == 4 ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi8(load_mask, src);
           const __m512i w0 = _mm512_permutexvar_epi16(raw, table);
           const __m512i w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 4), table);
@@ -683,9 +841,7 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
                     bool tile_major, float* y, ThreadPool* pool) {
   if (x.rows <= 0 || out <= 0) return;
   GemmArgs g;
-  const int64_t row_bytes = kFp4 ? in / 2 : in;
-  g.output_stride = tile_major ? kTileMajorGroupBytes : row_bytes;
-  g.group_stride = tile_major ? kTileMajorOutputs * kTileMajorGroupBytes : kTileMajorGroupBytes;
+  g.tile_major = tile_major;
   g.w = w;
   g.w_scales = w_scales;
   g.out = out;
@@ -701,6 +857,20 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
     if (pool) pool->parallel_for(tiles, body);
     else body(0, tiles, 0);
   };
+  if (tile_major && x.rows <= kTiledDecodeMaxRows) {
+    // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row.
+    ThreadScratch scratch(pool, 0);
+    const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
+    prepare_activation_bf16(x, act.data(), 0, x.rows);
+    g.act = act.data();
+    switch (x.rows) {
+      case 1: run_tiles(tiled_decode_tiles<kFp4, 1>); break;
+      case 2: run_tiles(tiled_decode_tiles<kFp4, 2>); break;
+      case 3: run_tiles(tiled_decode_tiles<kFp4, 3>); break;
+      default: run_tiles(tiled_decode_tiles<kFp4, 4>); break;
+    }
+    return;
+  }
   if (kFp4 && x.rows <= kFp4DecodeMaxRows) {
     // MXFP4 with few rows (decode, or the few tokens an expert gets in batched decode): one conversion
     // in registers serves every row.

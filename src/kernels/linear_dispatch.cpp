@@ -18,17 +18,73 @@ std::string shape_text(int64_t a, int64_t b) {
 }
 }  // namespace
 
-void repack_tile_major(const uint8_t* row_major, int64_t out, int64_t row_bytes, uint8_t* tile_major,
-                       ThreadPool* pool) {
-  auto tiles = [&](int64_t tile_begin, int64_t tile_end, int) {
-    for (int64_t o = tile_begin * kTileMajorOutputs; o < tile_end * kTileMajorOutputs; ++o)
-      for (int64_t c = 0; c < row_bytes; c += kTileMajorGroupBytes)
-        std::memcpy(tile_major + weight_byte_offset(o, c, row_bytes, true), row_major + o * row_bytes + c,
-                    static_cast<size_t>(kTileMajorGroupBytes));
+namespace {
+// Runs tile(t) for every tile of a tile-major weight with `out` outputs, over the pool when there is one.
+template <class Tile>
+void for_each_tile(int64_t out, ThreadPool* pool, const Tile& tile) {
+  auto tiles = [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) tile(t);
   };
   const int64_t num_tiles = out / kTileMajorOutputs;
   if (pool != nullptr) pool->parallel_for(num_tiles, tiles);
   else tiles(0, num_tiles, 0);
+}
+}  // namespace
+
+void repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool) {
+  for_each_tile(out, pool, [&](int64_t t) {
+    uint8_t* tile = tile_major + t * kTileMajorOutputs * in;
+    for (int64_t i = 0; i < kTileMajorOutputs; ++i) {
+      const uint8_t* row = row_major + (t * kTileMajorOutputs + i) * in;
+      uint8_t* lane = tile + 16 * (i / 4) + 2 * (i % 4);  // k%4 = 0,1 at +0,+1 and 2,3 at +8,+9 of each vector
+      for (int64_t v = 0; v < in / 4; ++v) {
+        std::memcpy(lane + v * kTileMajorVectorBytes, row + 4 * v, 2);
+        std::memcpy(lane + v * kTileMajorVectorBytes + 8, row + 4 * v + 2, 2);
+      }
+    }
+  });
+}
+
+void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool) {
+  const int64_t row_bytes = in / 2;
+  for_each_tile(out, pool, [&](int64_t t) {
+    uint8_t* tile = tile_major + t * kTileMajorOutputs * row_bytes;
+    for (int64_t i = 0; i < kTileMajorOutputs; ++i) {
+      const uint8_t* row = row_major + (t * kTileMajorOutputs + i) * row_bytes;
+      for (int64_t v = 0; v < in / 8; ++v) {
+        // Bytes 4v..4v+3 hold k = 8v + 2q (low nibble) and 8v + 2q + 1 (high nibble), q = 0..3; word s of lane
+        // i gets the codes of k%2 == s, nibble q = k%8 / 2.
+        uint16_t words[2] = {0, 0};
+        for (int q = 0; q < 4; ++q) {
+          words[0] = static_cast<uint16_t>(words[0] | (row[4 * v + q] & 0xf) << (4 * q));
+          words[1] = static_cast<uint16_t>(words[1] | (row[4 * v + q] >> 4) << (4 * q));
+        }
+        std::memcpy(tile + v * kTileMajorVectorBytes + 4 * i, words, 4);
+      }
+    }
+  });
+}
+
+void repack_fp4_scales_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major) {
+  const int64_t kb = in / 32;
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t b = 0; b < kb; ++b) tile_major[fp4_scale_index(o, b, kb, true)] = row_major[o * kb + b];
+}
+
+const uint8_t* fp8_block_codes(const Fp8Weight& w, int64_t o, int64_t b, uint8_t (&scratch)[32]) {
+  if (!w.tile_major) return w.codes + o * w.in + 32 * b;
+  for (int j = 0; j < 32; ++j) scratch[j] = w.codes[fp8_tile_major_offset(o, 32 * b + j, w.in)];
+  return scratch;
+}
+
+const uint8_t* fp4_block_packed(const Fp4Weight& w, int64_t o, int64_t b, uint8_t (&scratch)[16]) {
+  if (!w.tile_major) return w.packed + o * (w.in / 2) + 16 * b;
+  auto code = [&](int64_t k) {
+    const NibbleOffset at = fp4_tile_major_offset(o, k, w.in);
+    return (w.packed[at.byte] >> at.shift) & 0xf;
+  };
+  for (int j = 0; j < 16; ++j) scratch[j] = static_cast<uint8_t>(code(32 * b + 2 * j) | code(32 * b + 2 * j + 1) << 4);
+  return scratch;
 }
 
 Status check_fp8_linear(const Fp8Activations& x, const Fp8Weight& w) {
@@ -52,7 +108,7 @@ Status check_fp4_linear(const Fp8Activations& x, const Fp4Weight& w) {
     return Status::Error("fp4 linear: weight " + shape_text(w.out, w.in) + ": in must be a positive multiple of 32");
   if (!w.packed || !w.scales || (x.rows > 0 && (!x.codes || !x.scales)))
     return Status::Error("fp4 linear: null data pointer");
-  if (w.tile_major && !tile_major_possible(w.out, w.in / 2))
+  if (w.tile_major && !tile_major_possible(w.out, w.in))
     return Status::Error("fp4 linear: weight " + shape_text(w.out, w.in) + " cannot be tile-major");
   return Status::Ok();
 }

@@ -47,7 +47,8 @@ void fp8_gemm_reference(const Fp8Activations& x, const Fp8Weight& w, float* y, T
       const uint8_t* wscales = w.scales + (o / 32) * kblocks;
       float acc = 0.0f;
       for (int64_t b = 0; b < kblocks; ++b) {
-        const uint8_t* wcodes = w.codes + weight_byte_offset(o, b * 32, k, w.tile_major);  // a block never spans groups
+        uint8_t gathered[32];
+        const uint8_t* wcodes = fp8_block_codes(w, o, b, gathered);
         float partial = 0.0f;
         for (int j = 0; j < 32; ++j) partial += a[b * 32 + j] * t.e4m3_f32[wcodes[j]];
         acc += (partial * t.e8m0_f32[ascales[b]]) * t.e8m0_f32[wscales[b]];
@@ -67,17 +68,17 @@ void fp4_gemm_reference(const Fp8Activations& x, const Fp4Weight& w, float* y, T
     const uint8_t* ascales = x.scales + r * kblocks;
     for (int64_t i = 0; i < k; ++i) a[i] = t.e4m3_f32[acodes[i]];
     for (int64_t o = 0; o < w.out; ++o) {
-      const uint8_t* wscales = w.scales + o * kblocks;
       float acc = 0.0f;
       for (int64_t b = 0; b < kblocks; ++b) {
-        const uint8_t* packed = w.packed + weight_byte_offset(o, b * 16, k / 2, w.tile_major);
+        uint8_t gathered[16];
+        const uint8_t* packed = fp4_block_packed(w, o, b, gathered);
         float partial = 0.0f;
         for (int j = 0; j < 32; j += 2) {
           uint8_t byte = packed[j / 2];
           partial += a[b * 32 + j] * t.e2m1_f32[byte & 15];
           partial += a[b * 32 + j + 1] * t.e2m1_f32[byte >> 4];
         }
-        acc += (partial * t.e8m0_f32[ascales[b]]) * t.e8m0_f32[wscales[b]];
+        acc += (partial * t.e8m0_f32[ascales[b]]) * t.e8m0_f32[w.scales[fp4_scale_index(o, b, kblocks, w.tile_major)]];
       }
       y[r * w.out + o] = acc;
     }

@@ -115,36 +115,53 @@ Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, Thread
   };
   std::map<const uint8_t*, Source> sources;  // by the checkpoint bytes
   int64_t total = 0;
-  auto plan = [&](const uint8_t* bytes, int64_t out, int64_t row_bytes, bool tile_major) {
-    if (tile_major || bytes == nullptr || !tile_major_possible(out, row_bytes) || sources.contains(bytes)) return;
+  // row_bytes: in (FP8 codes), in / 2 (packed FP4) or in / 32 (FP4 scales, which move with their codes).
+  auto plan = [&](const uint8_t* bytes, int64_t out, int64_t in, int64_t row_bytes, bool tile_major) {
+    if (tile_major || bytes == nullptr || !tile_major_possible(out, in) || sources.contains(bytes)) return;
     sources[bytes].offset = total;
     total += (out * row_bytes + 63) / 64 * 64;
   };
   for_each_quantised_linear(
-      blocks_, [&](Fp8Weight& w) { plan(w.codes, w.out, w.in, w.tile_major); },
-      [&](Fp4Weight& w) { plan(w.packed, w.out, w.in / 2, w.tile_major); });
+      blocks_, [&](Fp8Weight& w) { plan(w.codes, w.out, w.in, w.in, w.tile_major); },
+      [&](Fp4Weight& w) {
+        plan(w.packed, w.out, w.in, w.in / 2, w.tile_major);
+        if (sources.contains(w.packed)) plan(w.scales, w.out, w.in, w.in / 32, w.tile_major);  // scales move too
+      });
   if (total == 0) return int64_t{0};
   auto buffer = HugePageBuffer::allocate(static_cast<size_t>(total));
   if (!buffer.ok()) return buffer.status();
   tile_major_weights_ = std::move(*buffer);
   // Pass 2: copy each tensor into its place, give its file pages back, point the weights at the copy.
-  int64_t rewritten = 0;
-  auto rewrite = [&](const uint8_t*& bytes, int64_t out, int64_t row_bytes, bool& tile_major) {
+  using Repack = void (*)(const uint8_t*, int64_t, int64_t, uint8_t*, ThreadPool*);
+  auto rewrite = [&](const uint8_t*& bytes, int64_t out, int64_t in, int64_t row_bytes, Repack repack) {
     auto source = sources.find(bytes);
-    if (tile_major || source == sources.end()) return;
+    if (source == sources.end()) return false;
     uint8_t* copy = tile_major_weights_.data() + source->second.offset;
     if (!source->second.copied) {
-      repack_tile_major(bytes, out, row_bytes, copy, pool);
+      repack(bytes, out, in, copy, pool);
       checkpoint.release(bytes, static_cast<size_t>(out * row_bytes));
       source->second.copied = true;
     }
     bytes = copy;
-    tile_major = true;
-    ++rewritten;
+    return true;
   };
+  auto repack_scales = [](const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool*) {
+    repack_fp4_scales_tile_major(row_major, out, in, tile_major);
+  };
+  int64_t rewritten = 0;
   for_each_quantised_linear(
-      blocks_, [&](Fp8Weight& w) { rewrite(w.codes, w.out, w.in, w.tile_major); },
-      [&](Fp4Weight& w) { rewrite(w.packed, w.out, w.in / 2, w.tile_major); });
+      blocks_,
+      [&](Fp8Weight& w) {
+        if (w.tile_major || !rewrite(w.codes, w.out, w.in, w.in, repack_fp8_tile_major)) return;
+        w.tile_major = true;
+        ++rewritten;
+      },
+      [&](Fp4Weight& w) {
+        if (w.tile_major || !rewrite(w.packed, w.out, w.in, w.in / 2, repack_fp4_tile_major)) return;
+        rewrite(w.scales, w.out, w.in, w.in / 32, repack_scales);  // planned with its codes
+        w.tile_major = true;
+        ++rewritten;
+      });
   return rewritten;
 }
 

@@ -52,10 +52,10 @@ class ModelWeights {
   const std::vector<BlockWeights>& blocks() const { return blocks_; }
   const NgramHasher* engram_hasher() const { return hasher_ ? &*hasher_ : nullptr; }
 
-  // Copies every FP8 / MXFP4 linear whose shape allows it into tile-major order (kernels/linear.h) in a huge-page
+  // Copies every FP8 / MXFP4 linear whose shape allows it (with its FP4 scales) into tile-major order (kernels/linear.h) in a huge-page
   // buffer of its own, gives the file pages of the originals back (Checkpoint::release) and points the weights at
   // the copies: for kernel tables that prefer that order (LinearKernels::prefers_tile_major). Every table reads
-  // both orders with the same results. The copies run on `pool` (nullptr: this thread); on a real checkpoint
+  // both orders (the same bits where block sums are exact). The copies run on `pool` (nullptr: this thread); on a real checkpoint
   // they are hundreds of GB. Returns how many linears are tile-major now.
   Result<int64_t> to_tile_major(const Checkpoint& checkpoint, ThreadPool* pool);
   // The rewritten weights' memory (empty when none), e.g. to lock it in RAM.

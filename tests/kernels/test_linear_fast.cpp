@@ -9,6 +9,7 @@
 // K sum (SIMD lanes), with the same bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -142,38 +143,71 @@ TEST(LinearFast, Bf16KeepsSubnormalActivations) {
   }
 }
 
-// Tile-major weights (a load-time repack, kernels/linear.h) give every table the bits it gives on the checkpoint's
-// row-major bytes: the decode paths (FP8 1 row, MXFP4 1-4 rows) and the multi-row path, alone and threaded.
-TEST(LinearFast, TileMajorWeightsGiveTheSameBits) {
-  const Shape shapes[] = {{1, 16, 128}, {1, 48, 1280}, {2, 32, 256}, {3, 160, 2176}, {4, 16, 128},
-                          {5, 48, 384},  {8, 32, 1280}, {16, 64, 2176}, {33, 16, 256}, {300, 48, 128}};
+// Tile-major weights (a load-time repack, kernels/linear.h), read by every table: within the reordering bound of
+// the reference on the row-major bytes, bit-identical to it where block sums are exact, the same bits alone and
+// threaded, and each row's result the same bits as that row run alone (the decode paths, 1..4 rows, and the
+// multi-row path sum a block in the same order).
+TEST(LinearFast, TileMajorWeightsMatchTheReferenceAndRowsRunAlone) {
+  const Shape shapes[] = {{1, 16, 32},  {1, 48, 1280}, {2, 32, 256},  {3, 160, 2176}, {4, 16, 128}, {5, 48, 384},
+                          {8, 32, 1280}, {16, 64, 2176}, {33, 16, 256}, {300, 48, 128}, {1, 32, 1056}};
+  const uint8_t e4m3_small[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
   ThreadPool pool(2);
   for (const LinearKernels* k : linear_impl::available_kernels()) {
     std::mt19937 rng(21);
-    for (const Shape& s : shapes) {
-      auto x = test::random_fp8_acts(rng, s.rows, s.in);
-      auto w8 = test::random_fp8_weight(rng, s.out, s.in);
-      auto w4 = test::random_fp4_weight(rng, s.out, s.in);
-      ASSERT_TRUE(tile_major_possible(s.out, s.in) && tile_major_possible(s.out, s.in / 2));
-      auto w8_tiled = w8;
-      auto w4_tiled = w4;
-      repack_tile_major(w8.codes.data(), s.out, s.in, w8_tiled.codes.data());
-      repack_tile_major(w4.packed.data(), s.out, s.in / 2, w4_tiled.packed.data());
-      Fp8Weight v8 = w8_tiled.view();
-      Fp4Weight v4 = w4_tiled.view();
-      v8.tile_major = v4.tile_major = true;
-      ASSERT_TRUE(check_fp8_linear(x.view(), v8).ok());
-      ASSERT_TRUE(check_fp4_linear(x.view(), v4).ok());
-      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        std::vector<float> rows_major(s.rows * s.out), tiled(s.rows * s.out, -7.0f);
-        k->fp8_gemm(x.view(), w8.view(), rows_major.data(), p);
-        k->fp8_gemm(x.view(), v8, tiled.data(), p);
-        ASSERT_EQ(tiled, rows_major) << k->name << " fp8 rows " << s.rows << " out " << s.out << " in " << s.in;
-        k->fp4_gemm(x.view(), w4.view(), rows_major.data(), p);
-        k->fp4_gemm(x.view(), v4, tiled.data(), p);
-        ASSERT_EQ(tiled, rows_major) << k->name << " fp4 rows " << s.rows << " out " << s.out << " in " << s.in;
+    for (const Shape& s : shapes)
+      for (const bool exact_sums : {false, true}) {
+        auto x = test::random_fp8_acts(rng, s.rows, s.in);
+        auto w8 = test::random_fp8_weight(rng, s.out, s.in);
+        auto w4 = test::random_fp4_weight(rng, s.out, s.in);
+        if (exact_sums) {
+          for (auto& c : x.codes) c = e4m3_small[rng() % std::size(e4m3_small)];
+          for (auto& c : w8.codes) c = e4m3_small[rng() % std::size(e4m3_small)];
+        }
+        ASSERT_TRUE(tile_major_possible(s.out, s.in));
+        auto w8_tiled = w8;
+        auto w4_tiled = w4;
+        repack_fp8_tile_major(w8.codes.data(), s.out, s.in, w8_tiled.codes.data());
+        repack_fp4_tile_major(w4.packed.data(), s.out, s.in, w4_tiled.packed.data());
+        repack_fp4_scales_tile_major(w4.scales.data(), s.out, s.in, w4_tiled.scales.data());
+        Fp8Weight v8 = w8_tiled.view();
+        Fp4Weight v4 = w4_tiled.view();
+        v8.tile_major = v4.tile_major = true;
+        ASSERT_TRUE(check_fp8_linear(x.view(), v8).ok());
+        ASSERT_TRUE(check_fp4_linear(x.view(), v4).ok());
+        const std::string where = std::string(k->name) + " rows " + std::to_string(s.rows) + " out " +
+                                  std::to_string(s.out) + " in " + std::to_string(s.in);
+        std::vector<float> ref8(s.rows * s.out), ref4(s.rows * s.out);
+        reference_linear_kernels().fp8_gemm(x.view(), w8.view(), ref8.data(), nullptr);
+        reference_linear_kernels().fp4_gemm(x.view(), w4.view(), ref4.data(), nullptr);
+        std::vector<float> got8(s.rows * s.out, -7.0f), got4(s.rows * s.out, -7.0f);
+        k->fp8_gemm(x.view(), v8, got8.data(), nullptr);
+        k->fp4_gemm(x.view(), v4, got4.data(), nullptr);
+        if (exact_sums) {
+          ASSERT_EQ(got8, ref8) << where << " fp8";
+          ASSERT_EQ(got4, ref4) << where << " fp4";
+        }
+        for (int r = 0; r < s.rows; ++r)
+          for (int o = 0; o < s.out; ++o) {
+            const size_t i = static_cast<size_t>(r * s.out + o);
+            ASSERT_NEAR(got8[i], ref8[i], 2 * test::fp32_sum_bound(s.in, test::exact_fp8(x.view(), w8.view(), r, o).abs_sum))
+                << where << " fp8 at " << r << "," << o;
+            ASSERT_NEAR(got4[i], ref4[i], 2 * test::fp32_sum_bound(s.in, test::exact_fp4(x.view(), w4.view(), r, o).abs_sum))
+                << where << " fp4 at " << r << "," << o;
+          }
+        std::vector<float> threaded(s.rows * s.out, -7.0f);
+        k->fp8_gemm(x.view(), v8, threaded.data(), &pool);
+        ASSERT_EQ(threaded, got8) << where << " fp8 threaded";
+        k->fp4_gemm(x.view(), v4, threaded.data(), &pool);
+        ASSERT_EQ(threaded, got4) << where << " fp4 threaded";
+        for (int r = 0; r < s.rows; ++r) {
+          const Fp8Activations row{x.codes.data() + r * s.in, x.scales.data() + r * (s.in / 32), 1, s.in};
+          std::vector<float> alone(s.out, -7.0f);
+          k->fp8_gemm(row, v8, alone.data(), nullptr);
+          ASSERT_TRUE(std::equal(alone.begin(), alone.end(), got8.begin() + r * s.out)) << where << " fp8 row " << r;
+          k->fp4_gemm(row, v4, alone.data(), nullptr);
+          ASSERT_TRUE(std::equal(alone.begin(), alone.end(), got4.begin() + r * s.out)) << where << " fp4 row " << r;
+        }
       }
-    }
   }
 }
 

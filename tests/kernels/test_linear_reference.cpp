@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/thread_pool.h"
@@ -250,28 +251,57 @@ TEST(LinearFused, EqualsActQuantThenGemm) {
   }
 }
 
-// Every byte lands at weight_byte_offset's place, and the layout is possible only on whole tiles and groups.
-TEST(TileMajor, RepackPutsEveryByteAtItsOffset) {
-  const int64_t out = 48, row_bytes = 192;
-  std::vector<uint8_t> row_major(static_cast<size_t>(out * row_bytes));
+// Every code and FP4 scale lands at its documented place (kernels/linear.h), the block accessors give back the
+// row-major block, and the layout is possible only on whole tiles and blocks.
+TEST(TileMajor, RepackPutsEveryCodeAtItsOffset) {
+  const int64_t out = 48, in = 192;
   std::mt19937 rng(5);
-  for (auto& b : row_major) b = static_cast<uint8_t>(rng());
-  std::vector<uint8_t> tiled(row_major.size()), tiled_on_pool(row_major.size());
-  repack_tile_major(row_major.data(), out, row_bytes, tiled.data());
+  std::vector<uint8_t> codes(static_cast<size_t>(out * in)), packed(static_cast<size_t>(out * in / 2));
+  for (auto& b : codes) b = static_cast<uint8_t>(rng());
+  for (auto& b : packed) b = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> codes_tiled(codes.size()), packed_tiled(packed.size());
+  repack_fp8_tile_major(codes.data(), out, in, codes_tiled.data());
+  repack_fp4_tile_major(packed.data(), out, in, packed_tiled.data());
   ThreadPool pool(3);
-  repack_tile_major(row_major.data(), out, row_bytes, tiled_on_pool.data(), &pool);
-  EXPECT_EQ(tiled_on_pool, tiled);
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t c = 0; c < row_bytes; ++c) {
-      ASSERT_EQ(weight_byte_offset(o, c, row_bytes, false), o * row_bytes + c);
-      ASSERT_EQ(tiled[static_cast<size_t>(weight_byte_offset(o, c, row_bytes, true))],
-                row_major[static_cast<size_t>(o * row_bytes + c)])
-          << o << "," << c;
+  std::vector<uint8_t> on_pool(codes.size());
+  repack_fp8_tile_major(codes.data(), out, in, on_pool.data(), &pool);
+  EXPECT_EQ(on_pool, codes_tiled);
+  on_pool.assign(packed.size(), 0);
+  repack_fp4_tile_major(packed.data(), out, in, on_pool.data(), &pool);
+  EXPECT_EQ(on_pool, packed_tiled);
+  std::vector<uint8_t> scales(static_cast<size_t>(out * in / 32)), scales_tiled(scales.size());
+  for (auto& b : scales) b = static_cast<uint8_t>(rng());
+  repack_fp4_scales_tile_major(scales.data(), out, in, scales_tiled.data());
+  const Fp8Weight w8{codes_tiled.data(), scales.data(), out, in, true};
+  const Fp4Weight w4{packed_tiled.data(), scales_tiled.data(), out, in, true};
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t k = 0; k < in; ++k) {
+      ASSERT_EQ(codes_tiled[static_cast<size_t>(fp8_tile_major_offset(o, k, in))], codes[static_cast<size_t>(o * in + k)])
+          << o << "," << k;
+      const NibbleOffset at = fp4_tile_major_offset(o, k, in);
+      const uint8_t byte = packed[static_cast<size_t>(o * in / 2 + k / 2)];
+      ASSERT_EQ((packed_tiled[static_cast<size_t>(at.byte)] >> at.shift) & 0xf, k % 2 == 0 ? byte & 0xf : byte >> 4)
+          << o << "," << k;
     }
-  EXPECT_EQ(weight_byte_offset(17, 65, row_bytes, true), 16 * row_bytes + 1024 + 64 + 1);
-  EXPECT_TRUE(tile_major_possible(out, row_bytes));
-  EXPECT_FALSE(tile_major_possible(40, row_bytes));
-  EXPECT_FALSE(tile_major_possible(out, 96));
+    for (int64_t b = 0; b < in / 32; ++b) {
+      ASSERT_EQ(scales_tiled[static_cast<size_t>(fp4_scale_index(o, b, in / 32, true))],
+                scales[static_cast<size_t>(fp4_scale_index(o, b, in / 32, false))]);
+      uint8_t scratch8[32], scratch16[16];
+      ASSERT_EQ(std::memcmp(fp8_block_codes(w8, o, b, scratch8), codes.data() + o * in + 32 * b, 32), 0) << o << "," << b;
+      ASSERT_EQ(std::memcmp(fp4_block_packed(w4, o, b, scratch16), packed.data() + o * in / 2 + 16 * b, 16), 0)
+          << o << "," << b;
+    }
+  }
+  // Output 17, k 65: tile 1, vector 16, lane group 0, k%4 = 1 -> byte 8 * 0 + 2 * 1 + 1 of that vector.
+  EXPECT_EQ(fp8_tile_major_offset(17, 65, in), 16 * in + 16 * 64 + 2 + 1);
+  // Output 17, k 13: tile 1, vector 1, word 2 * 1 + 1, nibble 2 -> the high byte of that word, low nibble.
+  EXPECT_EQ(fp4_tile_major_offset(17, 13, in).byte, 16 * in / 2 + 64 + 2 * 3 + 1);
+  EXPECT_EQ(fp4_tile_major_offset(17, 13, in).shift, 0);
+  // Output 17, block 5: tile 1, the 16 scales of block 5, lane 1.
+  EXPECT_EQ(fp4_scale_index(17, 5, in / 32, true), 16 * (in / 32) + 16 * 5 + 1);
+  EXPECT_TRUE(tile_major_possible(out, in));
+  EXPECT_FALSE(tile_major_possible(40, in));
+  EXPECT_FALSE(tile_major_possible(out, 48));
 }
 
 }  // namespace
