@@ -147,14 +147,38 @@ void dequant_e4m3_ue8m0(const uint8_t* codes, const uint8_t* scales, int64_t n, 
   }
 }
 
-void dequant_e2m1_ue8m0(const uint8_t* packed, const uint8_t* scales, int64_t n, int block, float* out) {
+namespace {
+// n e2m1 codes (packed, low nibble first) times one scale per `block` codes: the scale is decoded once per block
+// and each byte gives two values (these rows are read per query in sparse attention, so this loop is hot).
+template <class DecodeScale>
+void dequant_e2m1_blocks(const uint8_t* packed, const uint8_t* scales, int64_t n, int block, float* out,
+                         DecodeScale decode_scale) {
   const float* values = e2m1_value_table();
-  for (int64_t i = 0; i < n; ++i) out[i] = values[get_nibble(packed, i)] * e8m0_to_f32(scales[i / block]);
+  for (int64_t begin = 0; begin < n; begin += block) {
+    const float scale = decode_scale(scales[begin / block]);
+    const int64_t end = std::min<int64_t>(n, begin + block);
+    int64_t i = begin;
+    if (i & 1) {  // an odd block size: this block starts on a high nibble
+      out[i] = values[get_nibble(packed, i)] * scale;
+      ++i;
+    }
+    for (; i + 1 < end; i += 2) {
+      const uint8_t byte = packed[i >> 1];
+      out[i] = values[byte & 0x0f] * scale;
+      out[i + 1] = values[byte >> 4] * scale;
+    }
+    if (i < end) out[i] = values[get_nibble(packed, i)] * scale;
+  }
+}
+}  // namespace
+
+void dequant_e2m1_ue8m0(const uint8_t* packed, const uint8_t* scales, int64_t n, int block, float* out) {
+  dequant_e2m1_blocks(packed, scales, n, block, out, e8m0_to_f32);
 }
 
 void dequant_e2m1_e4m3(const uint8_t* packed, const uint8_t* scales, int64_t n, int block, float* out) {
-  const float* values = e2m1_value_table();
-  for (int64_t i = 0; i < n; ++i) out[i] = values[get_nibble(packed, i)] * e4m3_to_f32(scales[i / block]);
+  const float* e4m3 = e4m3_value_table();
+  dequant_e2m1_blocks(packed, scales, n, block, out, [e4m3](uint8_t code) { return e4m3[code]; });
 }
 
 // Fake quantisation (the reference's `inplace=True` paths): quantise, dequantise, cast back to the caller's

@@ -148,6 +148,7 @@ void Engram::forward_block(float* streams, int64_t num_tokens, const int64_t* ha
   for_range(ctx.pool, num_tokens, [&](int64_t begin, int64_t end, int thread) {
     ThreadScratch scratch(ctx.pool, thread);
     const std::span<float> row = scratch.take<float>(static_cast<size_t>(in));  // [C * head_dim] bf16 values
+    const float* e4m3_values = e4m3_value_table();
     for (int64_t t = begin; t < end; ++t) {
       const int64_t* ids = hash_ids + (t * num_hash_layers_ + layer_hash_index_) * columns_;
       for (int c = 0; c < columns_; ++c) {
@@ -159,8 +160,10 @@ void Engram::forward_block(float* streams, int64_t num_tokens, const int64_t* ha
         }
         const uint8_t* src = table_codes_ + id * head_dim_;
         const uint8_t* src_scales = table_scales_ + id * scales_per_row;
-        for (int64_t j = 0; j < head_dim_; ++j) {
-          dst[j] = round_to_bf16(e4m3_to_f32(src[j]) * e8m0_to_f32(src_scales[j / 32]));
+        for (int64_t j0 = 0; j0 < head_dim_; j0 += 32) {
+          const float block_scale = e8m0_to_f32(src_scales[j0 / 32]);
+          for (int64_t j = j0; j < std::min<int64_t>(head_dim_, j0 + 32); ++j)
+            dst[j] = round_to_bf16(e4m3_values[src[j]] * block_scale);
         }
       }
       ctx.backend->act_quant(row.data(), 1, in, codes.data() + t * in, scales.data() + t * (in / 32), nullptr);

@@ -335,5 +335,28 @@ TEST(Ue8m0ScaleCode, SameRuleAsTheBlockQuantisers) {
   EXPECT_EQ(ue8m0_scale_code(kInf, 448.0f, 1e-4f), 0xff);
 }
 
+// The FP4 dequantisers take each byte's two codes at once and decode a block's scale once: every element must
+// still be its code's value times its block's scale, for odd block sizes (blocks starting on a high nibble) and
+// ragged lengths too.
+TEST(Dequant, Fp4RowsEqualTheElementwiseDefinition) {
+  std::mt19937 rng(31);
+  for (const int block : {1, 3, 5, 16, 32})
+    for (const int64_t n : {1, 2, 7, 16, 33, 64, 513}) {
+      std::vector<uint8_t> packed(static_cast<size_t>((n + 1) / 2)), scales(static_cast<size_t>((n + block - 1) / block));
+      for (auto& b : packed) b = static_cast<uint8_t>(rng());
+      for (auto& b : scales) b = static_cast<uint8_t>(rng() % 0x7f);  // finite e4m3 / ue8m0 codes
+      std::vector<float> e4m3(static_cast<size_t>(n)), ue8m0(static_cast<size_t>(n));
+      dequant_e2m1_e4m3(packed.data(), scales.data(), n, block, e4m3.data());
+      dequant_e2m1_ue8m0(packed.data(), scales.data(), n, block, ue8m0.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t byte = packed[static_cast<size_t>(i / 2)];
+        const float value = e2m1_to_f32(i % 2 == 0 ? byte & 0xf : byte >> 4);
+        const uint8_t scale = scales[static_cast<size_t>(i / block)];
+        ASSERT_EQ(e4m3[static_cast<size_t>(i)], value * e4m3_to_f32(scale)) << "block " << block << " n " << n << " at " << i;
+        ASSERT_EQ(ue8m0[static_cast<size_t>(i)], value * e8m0_to_f32(scale)) << "block " << block << " n " << n << " at " << i;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace dsflash
