@@ -23,8 +23,18 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads, std::vector<int> cpus) {
+ThreadPool::ThreadPool(int num_threads, std::vector<int> cpus, std::vector<int> node_of_thread) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // A node layout that is not one contiguous run of threads per node, from node 0 up, is ignored (one node).
+  bool layout_ok = static_cast<int>(node_of_thread.size()) == num_threads && node_of_thread[0] == 0;
+  for (size_t i = 1; layout_ok && i < node_of_thread.size(); ++i)
+    layout_ok = node_of_thread[i] == node_of_thread[i - 1] || node_of_thread[i] == node_of_thread[i - 1] + 1;
+  node_of_thread_ = layout_ok ? std::move(node_of_thread) : std::vector<int>(static_cast<size_t>(num_threads), 0);
+  node_first_thread_.push_back(0);
+  for (int i = 1; i < num_threads; ++i)
+    if (node_of_thread_[static_cast<size_t>(i)] != node_of_thread_[static_cast<size_t>(i - 1)]) node_first_thread_.push_back(i);
+  node_first_thread_.push_back(num_threads);
+  node_shares_ = std::make_unique<NodeShare[]>(static_cast<size_t>(num_nodes()));
   scratch_ = std::make_unique<ScratchSlot[]>(static_cast<size_t>(num_threads));
   for (int i = 1; i < num_threads; ++i) {
     const int cpu = static_cast<size_t>(i) < cpus.size() ? cpus[static_cast<size_t>(i)] : -1;
@@ -45,16 +55,28 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_chunks(int index) {
-  for (;;) {
-    const int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
-    if (c >= job_chunks_) return;
-    const int64_t begin = c * job_chunk_grains_ * job_grain_;
-    const int64_t end = std::min(job_n_, begin + job_chunk_grains_ * job_grain_);
-    (*job_)(begin, end, index);
-  }
+  auto run_share = [&](NodeShare& share) {
+    for (;;) {
+      const int64_t c = share.next_chunk.fetch_add(1, std::memory_order_relaxed);
+      if (c >= share.chunks) return;
+      const int64_t first = share.begin + c * share.chunk_grains;
+      const int64_t last = std::min(share.end, first + share.chunk_grains);
+      (*job_)(first * job_grain_, std::min(job_n_, last * job_grain_), index);
+    }
+  };
+  const int own = job_by_node_ ? node_of_thread_[static_cast<size_t>(index)] : 0;
+  run_share(node_shares_[static_cast<size_t>(own)]);
+  // The caller then finishes whatever other nodes' threads have not taken (late, or not woken yet), so a job
+  // always completes; workers keep to their node.
+  if (index == 0 && job_by_node_)
+    for (int k = 0; k < num_nodes(); ++k) run_share(node_shares_[static_cast<size_t>(k)]);
 }
 
-void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
+void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) { run_job(n, fn, grain, false); }
+
+void ThreadPool::parallel_for_nodes(int64_t n, RangeFn fn, int64_t grain) { run_job(n, fn, grain, num_nodes() > 1); }
+
+void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t grains = (n + grain - 1) / grain;
@@ -69,14 +91,28 @@ void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
     fn(0, n, 0);
     return;
   }
+  // Node k's grains [begin, end) in proportion to its threads (node_row_ranges' split); one share when not by node.
   // A few chunks per thread: enough to rebalance when one thread runs late, few enough to stay cheap.
-  const int64_t target_chunks = std::min<int64_t>(grains, 4 * num_threads());
-  job_chunk_grains_ = (grains + target_chunks - 1) / target_chunks;
-  job_chunks_ = (grains + job_chunk_grains_ - 1) / job_chunk_grains_;
+  const int shares = by_node ? num_nodes() : 1;
+  int64_t begin = 0;
+  for (int k = 0; k < shares; ++k) {
+    const int first = by_node ? node_first_thread_[static_cast<size_t>(k)] : 0;
+    const int last = by_node ? node_first_thread_[static_cast<size_t>(k) + 1] : num_threads();
+    const int64_t end = k + 1 == shares ? grains : grains * last / num_threads();
+    NodeShare& share = node_shares_[static_cast<size_t>(k)];
+    share.begin = begin;
+    share.end = end;
+    const int64_t share_grains = end - begin;
+    const int64_t target_chunks = std::max<int64_t>(1, std::min<int64_t>(share_grains, 4 * (last - first)));
+    share.chunk_grains = std::max<int64_t>(1, (share_grains + target_chunks - 1) / target_chunks);
+    share.chunks = (share_grains + share.chunk_grains - 1) / share.chunk_grains;
+    share.next_chunk.store(0, std::memory_order_relaxed);
+    begin = end;
+  }
+  job_by_node_ = by_node;
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
-  next_chunk_.store(0, std::memory_order_relaxed);
   busy_ = true;
   open_ = true;
   generation_.fetch_add(1, std::memory_order_release);

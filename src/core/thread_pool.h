@@ -21,7 +21,9 @@ class ThreadPool {
  public:
   // num_threads <= 0: one per hardware thread. cpus (optional, [num_threads]): worker i pins itself to cpus[i] when
   // it starts (core/numa_topology.h place_threads; entry 0 is the caller's, which the caller pins if it wants).
-  explicit ThreadPool(int num_threads = 0, std::vector<int> cpus = {});
+  // node_of_thread (optional, [num_threads], non-decreasing from node 0: ThreadPlacement::node_of_thread): the NUMA
+  // node of each thread, for parallel_for_nodes; empty: one node.
+  explicit ThreadPool(int num_threads = 0, std::vector<int> cpus = {}, std::vector<int> node_of_thread = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -36,6 +38,16 @@ class ThreadPool {
   using RangeFn = FunctionRef<void(int64_t, int64_t, int)>;
   void parallel_for(int64_t n, RangeFn fn, int64_t grain = 1);
 
+  // parallel_for for work that maps to rows of a weight: [0, n) is cut into one contiguous range per NUMA node, in
+  // proportion to its threads (node_row_ranges of core/numa_topology.h), and only the node's threads run its
+  // range. The same n and grain always give a node the same range, so the load-time copy of a weight's rows
+  // (whose writes place the pages: first touch) and the kernels that read them every step split alike, and each
+  // node reads its own memory. One node: parallel_for.
+  void parallel_for_nodes(int64_t n, RangeFn fn, int64_t grain = 1);
+  int num_nodes() const { return static_cast<int>(node_first_thread_.size()) - 1; }
+  // [num_nodes() + 1]: node k owns threads [node_first_thread()[k], node_first_thread()[k + 1]).
+  const std::vector<int>& node_first_thread() const { return node_first_thread_; }
+
   // Grows every thread's scratch arena to the largest one's size. Which thread runs which chunk changes from call
   // to call, so after a warm-up step this (forward() calls it first) keeps a later step from growing the arena
   // of a thread that happened to run less before. Arenas in use by another thread are skipped.
@@ -44,6 +56,18 @@ class ThreadPool {
  private:
   void worker_loop(int index);
   void run_chunks(int index);
+  // Sets up and runs the current job; chunks are taken per node (one node: all threads share them).
+  void run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node);
+
+  // Per node: its threads, and the current job's share: [begin, end) in grains' units, chunk size, next chunk.
+  struct NodeShare {
+    int64_t begin = 0, end = 0, chunk_grains = 1, chunks = 0;
+    std::atomic<int64_t> next_chunk{0};
+  };
+  std::vector<int> node_of_thread_;     // [threads]
+  std::vector<int> node_first_thread_;  // [nodes + 1]
+  std::unique_ptr<NodeShare[]> node_shares_;  // [nodes]; one share for all threads when a job is not by node
+  bool job_by_node_ = false;
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -53,9 +77,6 @@ class ThreadPool {
   const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_grain_ = 1;
-  int64_t job_chunk_grains_ = 1;
-  int64_t job_chunks_ = 0;
-  std::atomic<int64_t> next_chunk_{0};
   std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) for each job; workers spin on it briefly
   std::atomic<bool> stopping_{false};
   // guarded by mutex_: a job runs, from its setup until its caller has seen the last worker leave. Not

@@ -22,7 +22,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
   if (options.reference) {
     runner->ctx_ = ComputeContext::for_backend(reference_backend());
   } else {
-    std::vector<int> cpus;
+    std::vector<int> cpus, nodes;
     if (options.pin_threads) {
       // One CPU per worker, threads spread over the NUMA nodes in proportion to their CPUs (core/numa_topology.h).
       const int threads = options.num_threads > 0 ? options.num_threads
@@ -31,8 +31,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
       if (!topology.ok()) return topology.status().with_context("pinning threads");
       const ThreadPlacement placement = place_threads(*topology, threads);
       cpus = placement.cpu_of_thread;  // entry 0 is whoever calls parallel_for (the engine's loop): left unpinned
+      nodes = placement.node_of_thread;  // kernels and the load-time copy split weight rows by node
     }
-    runner->pool_ = std::make_unique<ThreadPool>(options.num_threads, cpus);
+    runner->pool_ = std::make_unique<ThreadPool>(options.num_threads, cpus, nodes);
     runner->ctx_ = ComputeContext::for_backend(best_backend(), runner->pool_.get());
   }
   runner->ctx_.workspace = runner->workspace_.get();

@@ -173,7 +173,7 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
     return;
   }
   auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles<kFp4>(g, begin, end); };
-  if (pool) pool->parallel_for(tiles, body);
+  if (pool) pool->parallel_for_nodes(tiles, body);
   else body(0, tiles, 0);
 }
 

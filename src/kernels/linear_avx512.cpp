@@ -854,7 +854,7 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   const int64_t tiles = (out + kTile - 1) / kTile;
   auto run_tiles = [&](auto tiles_fn) {
     auto body = [&](int64_t begin, int64_t end, int) { tiles_fn(g, begin, end); };
-    if (pool) pool->parallel_for(tiles, body);
+    if (pool) pool->parallel_for_nodes(tiles, body);  // as the load-time copy split them: node-local reads
     else body(0, tiles, 0);
   };
   if (tile_major && x.rows <= kTiledDecodeMaxRows) {
@@ -928,7 +928,7 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
     part.act_scales += r0 * g.kb;
     part.y += r0 * g.out;
     auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles_rows<kFp4>(part, begin, end); };
-    if (pool) pool->parallel_for(tiles, body);
+    if (pool) pool->parallel_for_nodes(tiles, body);
     else body(0, tiles, 0);
   }
 }

@@ -19,14 +19,16 @@ std::string shape_text(int64_t a, int64_t b) {
 }  // namespace
 
 namespace {
-// Runs tile(t) for every tile of a tile-major weight with `out` outputs, over the pool when there is one.
+// Runs tile(t) for every tile of a tile-major weight with `out` outputs, over the pool when there is one, split
+// over the NUMA nodes as the kernels split the tiles (ThreadPool::parallel_for_nodes): the copy's writes place
+// each node's tiles in its own memory (first touch).
 template <class Tile>
 void for_each_tile(int64_t out, ThreadPool* pool, const Tile& tile) {
   auto tiles = [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) tile(t);
   };
   const int64_t num_tiles = out / kTileMajorOutputs;
-  if (pool != nullptr) pool->parallel_for(num_tiles, tiles);
+  if (pool != nullptr) pool->parallel_for_nodes(num_tiles, tiles);
   else tiles(0, num_tiles, 0);
 }
 }  // namespace

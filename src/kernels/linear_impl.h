@@ -37,7 +37,7 @@ void run_bf16_gemm(const float* x, int64_t rows, const Bf16Weight& w, float* y, 
     return;
   }
   auto body = [&](int64_t begin, int64_t end, int) { groups_fn(x, rows, w, y, begin, end); };
-  if (pool) pool->parallel_for(groups, body, 8);
+  if (pool) pool->parallel_for_nodes(groups, body, 8);
   else body(0, groups, 0);
 }
 

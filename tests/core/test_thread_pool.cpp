@@ -3,9 +3,11 @@
 
 #include <atomic>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "core/numa_topology.h"
 #include "core/thread_pool.h"
 
 namespace dsflash {
@@ -87,6 +89,48 @@ TEST(ThreadPool, UsesTheWorkersWhenWorkIsLong) {
   bool worker = false;
   for (int t : seen) worker |= t == 1;
   EXPECT_TRUE(worker);
+}
+
+// A simulated 2-node pool (threads 0-2 on node 0, 3-4 on node 1): parallel_for_nodes cuts [0, n) as
+// node_row_ranges does, every range stays inside one node's part, workers only run their node's part (the caller
+// may finish any node's leftovers), and everything is covered once. Repeated, so that late workers happen.
+TEST(ThreadPool, ParallelForNodesKeepsWorkersToTheirNodesRows) {
+  ThreadPool pool(5, {}, {0, 0, 0, 1, 1});
+  ASSERT_EQ(pool.num_nodes(), 2);
+  EXPECT_EQ(pool.node_first_thread(), (std::vector<int>{0, 3, 5}));
+  ThreadPlacement placement;
+  placement.node_of_thread = {0, 0, 0, 1, 1};
+  placement.first_thread = pool.node_first_thread();
+  for (int repeat = 0; repeat < 50; ++repeat)
+    for (const auto& [n, grain] : std::vector<std::pair<int64_t, int64_t>>{{1000, 1}, {333, 8}, {7, 1}, {64, 16}}) {
+      const std::vector<RowRange> nodes = node_row_ranges(n, placement, grain);
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::mutex mutex;
+      std::vector<std::string> problems;
+      pool.parallel_for_nodes(n, [&](int64_t begin, int64_t end, int thread) {
+        int node = -1;
+        for (int k = 0; k < 2; ++k)
+          if (begin >= nodes[static_cast<size_t>(k)].begin && end <= nodes[static_cast<size_t>(k)].end) node = k;
+        const int own = thread < 3 ? 0 : 1;
+        if (node < 0 || (thread != 0 && node != own)) {
+          std::lock_guard<std::mutex> lock(mutex);
+          problems.push_back("thread " + std::to_string(thread) + " got [" + std::to_string(begin) + ", " +
+                             std::to_string(end) + ")");
+        }
+        for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      }, grain);
+      ASSERT_TRUE(problems.empty()) << "n " << n << ": " << problems.front();
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " index " << i;
+    }
+}
+
+// A layout that is not one contiguous run per node from node 0 (or of the wrong size) means one node.
+TEST(ThreadPool, MalformedNodeLayoutsAreOneNode) {
+  EXPECT_EQ(ThreadPool(3, {}, {0, 1, 0}).num_nodes(), 1);
+  EXPECT_EQ(ThreadPool(3, {}, {1, 1, 1}).num_nodes(), 1);
+  EXPECT_EQ(ThreadPool(3, {}, {0, 1}).num_nodes(), 1);
+  EXPECT_EQ(ThreadPool(3, {}, {0, 2, 2}).num_nodes(), 1);
+  EXPECT_EQ(ThreadPool(3).num_nodes(), 1);
 }
 
 }  // namespace

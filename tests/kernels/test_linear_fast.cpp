@@ -145,13 +145,14 @@ TEST(LinearFast, Bf16KeepsSubnormalActivations) {
 
 // Tile-major weights (a load-time repack, kernels/linear.h), read by every table: within the reordering bound of
 // the reference on the row-major bytes, bit-identical to it where block sums are exact, the same bits alone and
-// threaded, and each row's result the same bits as that row run alone (the decode paths, 1..4 rows, and the
+// threaded (also split by NUMA node), and each row's result the same bits as that row run alone (the decode paths, 1..4 rows, and the
 // multi-row path sum a block in the same order).
 TEST(LinearFast, TileMajorWeightsMatchTheReferenceAndRowsRunAlone) {
   const Shape shapes[] = {{1, 16, 32},  {1, 48, 1280}, {2, 32, 256},  {3, 160, 2176}, {4, 16, 128}, {5, 48, 384},
                           {8, 32, 1280}, {16, 64, 2176}, {33, 16, 256}, {300, 48, 128}, {1, 32, 1056}};
   const uint8_t e4m3_small[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
   ThreadPool pool(2);
+  ThreadPool two_nodes(3, {}, {0, 1, 1});  // a simulated 2-node machine: tiles split by node
   for (const LinearKernels* k : linear_impl::available_kernels()) {
     std::mt19937 rng(21);
     for (const Shape& s : shapes)
@@ -194,11 +195,13 @@ TEST(LinearFast, TileMajorWeightsMatchTheReferenceAndRowsRunAlone) {
             ASSERT_NEAR(got4[i], ref4[i], 2 * test::fp32_sum_bound(s.in, test::exact_fp4(x.view(), w4.view(), r, o).abs_sum))
                 << where << " fp4 at " << r << "," << o;
           }
-        std::vector<float> threaded(s.rows * s.out, -7.0f);
-        k->fp8_gemm(x.view(), v8, threaded.data(), &pool);
-        ASSERT_EQ(threaded, got8) << where << " fp8 threaded";
-        k->fp4_gemm(x.view(), v4, threaded.data(), &pool);
-        ASSERT_EQ(threaded, got4) << where << " fp4 threaded";
+        for (ThreadPool* p : {&pool, &two_nodes}) {
+          std::vector<float> threaded(s.rows * s.out, -7.0f);
+          k->fp8_gemm(x.view(), v8, threaded.data(), p);
+          ASSERT_EQ(threaded, got8) << where << " fp8 threaded, nodes " << p->num_nodes();
+          k->fp4_gemm(x.view(), v4, threaded.data(), p);
+          ASSERT_EQ(threaded, got4) << where << " fp4 threaded, nodes " << p->num_nodes();
+        }
         for (int r = 0; r < s.rows; ++r) {
           const Fp8Activations row{x.codes.data() + r * s.in, x.scales.data() + r * (s.in / 32), 1, s.in};
           std::vector<float> alone(s.out, -7.0f);
