@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/function_ref.h"
 #include "core/status.h"
 #include "io/checkpoint.h"
 #include "kernels/linear.h"
@@ -42,6 +43,11 @@ class Engram {
   //   gate = sigmoid(sign(dot)·sqrt(max(|dot|, 1e-6))); h = bf16(h + gate·value) (fp32 arithmetic).
   Status forward(float* streams, int64_t num_tokens, const int64_t* hash_ids, const ComputeContext& ctx,
                  const uint8_t* dead = nullptr) const;
+
+  // Its FP8 linear (wkv), for a load-time rewrite of its bytes (ModelWeights::to_tile_major).
+  void for_each_fp8_linear(FunctionRef<void(Fp8Weight&)> fn) {
+    if (wkv_.codes != nullptr) fn(wkv_);
+  }
 
  private:
   // forward() on at most a block of tokens (bounded scratch).

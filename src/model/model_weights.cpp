@@ -97,12 +97,13 @@ Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer,
 }
 
 namespace {
-// Every FP8 / MXFP4 linear of the blocks (attention and MoE).
+// Every FP8 / MXFP4 linear of the blocks (attention, MoE and Engram).
 void for_each_quantised_linear(std::vector<BlockWeights>& blocks, FunctionRef<void(Fp8Weight&)> fp8,
                                FunctionRef<void(Fp4Weight&)> fp4) {
   for (BlockWeights& block : blocks) {
     if (block.attention) block.attention->for_each_fp8_linear(fp8);
     if (block.moe) block.moe->for_each_quantised_linear(fp8, fp4);
+    if (block.engram) block.engram->for_each_fp8_linear(fp8);
   }
 }
 }  // namespace
