@@ -156,14 +156,18 @@ DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim,
       if (quad < quads) _mm512_storeu_si512(kq + quad * 64, v[i]);
     }
   }
-  bool finite = true;
+  // Scale codes: each row's dim/32 (<= 4) bytes in one 32-bit lane (missing rows: 127), then one vector per block.
+  const int blocks = static_cast<int>(dim / 32);
+  alignas(64) uint32_t codes[kIndexKeyLanes];
   for (int l = 0; l < kIndexKeyLanes; ++l) {
-    for (int64_t b = 0; b < dim / 32; ++b) {
-      const int32_t u = l < lanes ? rows[l][row_bytes + b] : 127;
-      finite &= u != 255;
-      ub[b * kIndexKeyLanes + l] = u;
-    }
+    codes[l] = 0x7f7f7f7fu;
+    if (l < lanes) std::memcpy(&codes[l], rows[l] + row_bytes, static_cast<size_t>(blocks));
   }
+  const __m512i words = _mm512_load_si512(codes);
+  const __mmask64 block_bytes = 0x1111111111111111ull * ((1u << blocks) - 1);  // bytes < blocks of every lane
+  const bool finite = _mm512_mask_cmpeq_epi8_mask(block_bytes, words, _mm512_set1_epi8(static_cast<char>(0xff))) == 0;
+  for (int b = 0; b < blocks; ++b)
+    _mm512_storeu_si512(ub + b * kIndexKeyLanes, _mm512_and_si512(_mm512_srli_epi32(words, 8 * b), _mm512_set1_epi32(0xff)));
   return finite;
 }
 
