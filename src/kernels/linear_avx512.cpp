@@ -102,7 +102,7 @@ const Avx512Tables& avx512_tables() {
 
 struct GemmArgs {
   const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
-  const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
+  const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb] (tile-major: [out/16, kb, 16]), ue8m0
   int64_t out = 0, in = 0, kb = 0, npairs = 0, rows = 0;
   bool tile_major = false;  // weight order (kernels/linear.h)
   const uint16_t* act = nullptr;      // prepared [rows, npairs, 64] bf16
@@ -192,8 +192,8 @@ DSFLASH_AVX512 inline void fp4_tiled_scales(const GemmArgs& g, int64_t tile, int
                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + kTile * b)))));
 }
 
-// FP4 weight scales of tile `tile` ([16 outputs, kb] ue8m0 in either order, contiguous) into the cache. The dword gathers
-// of fp4_weight_scales touch 16 lines at once and would otherwise wait for memory every 16 blocks.
+// FP4 weight scales of tile `tile` ([16 outputs, kb] ue8m0 in either order, contiguous) into the cache. The
+// transposing loads of fp4_weight_scales touch 16 lines at once and would otherwise wait for memory.
 DSFLASH_AVX512 inline void prefetch_fp4_scales(const GemmArgs& g, int64_t tile) {
   const int64_t o0 = tile * kTile;
   if (o0 >= g.out) return;
