@@ -65,8 +65,9 @@ void repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
                            ThreadPool* pool = nullptr);
 void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
                            ThreadPool* pool = nullptr);
-// FP4 scales [out, in/32] -> the tile-major order above (out * in/32 bytes).
-void repack_fp4_scales_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major);
+// FP4 scales [out, in/32] -> the tile-major order above (out * in/32 bytes), split like the codes.
+void repack_fp4_scales_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
+                                  ThreadPool* pool = nullptr);
 
 // FP8 linear weight: codes [out, in] e4m3, scales [ceil(out/32), ceil(in/32)] ue8m0 (one per 32x32 block).
 struct Fp8Weight {

@@ -67,10 +67,13 @@ void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
   });
 }
 
-void repack_fp4_scales_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major) {
+void repack_fp4_scales_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
+                                  ThreadPool* pool) {
   const int64_t kb = in / 32;
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t b = 0; b < kb; ++b) tile_major[fp4_scale_index(o, b, kb, true)] = row_major[o * kb + b];
+  for_each_tile(out, pool, [&](int64_t t) {
+    for (int64_t o = t * kTileMajorOutputs; o < (t + 1) * kTileMajorOutputs; ++o)
+      for (int64_t b = 0; b < kb; ++b) tile_major[fp4_scale_index(o, b, kb, true)] = row_major[o * kb + b];
+  });
 }
 
 const uint8_t* fp8_block_codes(const Fp8Weight& w, int64_t o, int64_t b, uint8_t (&scratch)[32]) {

@@ -146,9 +146,6 @@ Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, Thread
     bytes = copy;
     return true;
   };
-  auto repack_scales = [](const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool*) {
-    repack_fp4_scales_tile_major(row_major, out, in, tile_major);
-  };
   int64_t rewritten = 0;
   for_each_quantised_linear(
       blocks_,
@@ -159,7 +156,7 @@ Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, Thread
       },
       [&](Fp4Weight& w) {
         if (w.tile_major || !rewrite(w.packed, w.out, w.in, w.in / 2, repack_fp4_tile_major)) return;
-        rewrite(w.scales, w.out, w.in, w.in / 32, repack_scales);  // planned with its codes
+        rewrite(w.scales, w.out, w.in, w.in / 32, repack_fp4_scales_tile_major);  // planned with its codes
         w.tile_major = true;
         ++rewritten;
       });

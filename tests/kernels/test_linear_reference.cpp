@@ -272,6 +272,9 @@ TEST(TileMajor, RepackPutsEveryCodeAtItsOffset) {
   std::vector<uint8_t> scales(static_cast<size_t>(out * in / 32)), scales_tiled(scales.size());
   for (auto& b : scales) b = static_cast<uint8_t>(rng());
   repack_fp4_scales_tile_major(scales.data(), out, in, scales_tiled.data());
+  on_pool.assign(scales.size(), 0);
+  repack_fp4_scales_tile_major(scales.data(), out, in, on_pool.data(), &pool);
+  EXPECT_EQ(on_pool, scales_tiled);
   const Fp8Weight w8{codes_tiled.data(), scales.data(), out, in, true};
   const Fp4Weight w4{packed_tiled.data(), scales_tiled.data(), out, in, true};
   for (int64_t o = 0; o < out; ++o) {
