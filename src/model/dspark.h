@@ -94,6 +94,11 @@ class DSpark {
   void confidence(const float* hidden, const float* markov_embed, int64_t rows, const ComputeContext& ctx,
                   float* out) const;
 
+  // The stages' FP8 / MXFP4 linears and main_proj copied into tile-major order (copy_to_tile_major), for kernel
+  // tables that prefer it, as ModelWeights::to_tile_major does for the main layers. Returns how many.
+  Result<int64_t> to_tile_major(const Checkpoint& checkpoint, ThreadPool* pool);
+  const HugePageBuffer& tile_major_weights() const { return tile_major_weights_; }
+
   int block_size() const { return block_; }
   int num_stages() const { return static_cast<int>(stages_.size()); }
   int first_layer() const { return first_layer_; }       // layer index of stage 0 (= n_layers)
@@ -116,6 +121,7 @@ class DSpark {
   Bf16Weight markov_embed_{};                // [vocab, rank] bf16
   Bf16Weight markov_head_{};                 // [vocab, rank] bf16 used in fp32
   Bf16Weight confidence_proj_{};             // [1, dim + rank] bf16 used in fp32
+  HugePageBuffer tile_major_weights_;        // the stages' tile-major copies (empty when none)
 };
 
 }  // namespace dsflash

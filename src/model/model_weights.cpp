@@ -97,18 +97,25 @@ Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer,
 }
 
 namespace {
-// Every FP8 / MXFP4 linear of the blocks (attention, MoE and Engram).
-void for_each_quantised_linear(std::vector<BlockWeights>& blocks, FunctionRef<void(Fp8Weight&)> fp8,
-                               FunctionRef<void(Fp4Weight&)> fp4) {
+// Every FP8 / MXFP4 linear of the blocks (attention, MoE and Engram), then the extra FP8 ones.
+void for_each_quantised_linear(std::vector<BlockWeights>& blocks, const std::vector<Fp8Weight*>& extra,
+                               FunctionRef<void(Fp8Weight&)> fp8, FunctionRef<void(Fp4Weight&)> fp4) {
   for (BlockWeights& block : blocks) {
     if (block.attention) block.attention->for_each_fp8_linear(fp8);
     if (block.moe) block.moe->for_each_quantised_linear(fp8, fp4);
     if (block.engram) block.engram->for_each_fp8_linear(fp8);
   }
+  for (Fp8Weight* w : extra)
+    if (w->codes != nullptr) fp8(*w);
 }
 }  // namespace
 
 Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, ThreadPool* pool) {
+  return copy_to_tile_major(blocks_, {}, checkpoint, pool, tile_major_weights_);
+}
+
+Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std::vector<Fp8Weight*>& extra,
+                                   const Checkpoint& checkpoint, ThreadPool* pool, HugePageBuffer& buffer) {
   // Pass 1: the distinct eligible tensors (one bound twice is copied once), each at a cache-line offset.
   struct Source {
     int64_t offset = 0;  // in the buffer
@@ -123,21 +130,21 @@ Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, Thread
     total += (out * row_bytes + 63) / 64 * 64;
   };
   for_each_quantised_linear(
-      blocks_, [&](Fp8Weight& w) { plan(w.codes, w.out, w.in, w.in, w.tile_major); },
+      blocks, extra, [&](Fp8Weight& w) { plan(w.codes, w.out, w.in, w.in, w.tile_major); },
       [&](Fp4Weight& w) {
         plan(w.packed, w.out, w.in, w.in / 2, w.tile_major);
         if (sources.contains(w.packed)) plan(w.scales, w.out, w.in, w.in / 32, w.tile_major);  // scales move too
       });
   if (total == 0) return int64_t{0};
-  auto buffer = HugePageBuffer::allocate(static_cast<size_t>(total));
-  if (!buffer.ok()) return buffer.status();
-  tile_major_weights_ = std::move(*buffer);
+  auto allocated = HugePageBuffer::allocate(static_cast<size_t>(total));
+  if (!allocated.ok()) return allocated.status();
+  buffer = std::move(*allocated);
   // Pass 2: copy each tensor into its place, give its file pages back, point the weights at the copy.
   using Repack = void (*)(const uint8_t*, int64_t, int64_t, uint8_t*, ThreadPool*);
   auto rewrite = [&](const uint8_t*& bytes, int64_t out, int64_t in, int64_t row_bytes, Repack repack) {
     auto source = sources.find(bytes);
     if (source == sources.end()) return false;
-    uint8_t* copy = tile_major_weights_.data() + source->second.offset;
+    uint8_t* copy = buffer.data() + source->second.offset;
     if (!source->second.copied) {
       repack(bytes, out, in, copy, pool);
       checkpoint.release(bytes, static_cast<size_t>(out * row_bytes));
@@ -148,7 +155,7 @@ Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, Thread
   };
   int64_t rewritten = 0;
   for_each_quantised_linear(
-      blocks_,
+      blocks, extra,
       [&](Fp8Weight& w) {
         if (w.tile_major || !rewrite(w.codes, w.out, w.in, w.in, repack_fp8_tile_major)) return;
         w.tile_major = true;

@@ -37,6 +37,14 @@ struct BlockWeights {
 // stages (model/dspark.h). `hasher` is needed where the layer has Engram (backbone only).
 Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer, const NgramHasher* hasher);
 
+// Copies the FP8 / MXFP4 linears of `blocks` (attention, MoE, Engram) and `extra` whose shapes allow it (with their
+// FP4 scales) into tile-major order (kernels/linear.h) in `buffer`, a huge-page allocation of their total size,
+// gives the file pages of the originals back (Checkpoint::release) and points the weights at the copies. The
+// copies run on `pool` (nullptr: this thread), split over NUMA nodes as the kernels read them. Returns how many
+// linears are tile-major now. Used by ModelWeights::to_tile_major and by the DSpark stages.
+Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std::vector<Fp8Weight*>& extra,
+                                   const Checkpoint& checkpoint, ThreadPool* pool, HugePageBuffer& buffer);
+
 class ModelWeights {
  public:
   // Binds the backbone (embed, layers 0..n_layers-1, norm, head) and, when the config has Engram layers,
