@@ -97,18 +97,22 @@ ThreadPlacement place_threads(const NumaTopology& topology, int num_threads) {
   return placement;
 }
 
-std::vector<RowRange> node_row_ranges(int64_t rows, const ThreadPlacement& placement, int64_t grain) {
+RowRange node_row_range(int64_t rows, const std::vector<int>& first_thread, int node, int64_t grain) {
   grain = std::max<int64_t>(1, grain);
-  const int nodes = placement.num_nodes();
-  const int64_t threads = std::max(1, placement.num_threads());
+  const int nodes = static_cast<int>(first_thread.size()) - 1;
+  const int64_t threads = std::max(1, first_thread.back());
   const int64_t blocks = (rows + grain - 1) / grain;
-  std::vector<RowRange> ranges(static_cast<size_t>(nodes));
-  int64_t block = 0;
-  for (int n = 0; n < nodes; ++n) {
-    const int64_t upto = n + 1 == nodes ? blocks : blocks * placement.first_thread[static_cast<size_t>(n + 1)] / threads;
-    ranges[static_cast<size_t>(n)] = {std::min(rows, block * grain), std::min(rows, upto * grain)};
-    block = upto;
-  }
+  // Node k ends at blocks * (threads before node k + 1) / threads; the last node takes the rest.
+  auto end_block = [&](int k) {
+    return k + 1 == nodes ? blocks : blocks * first_thread[static_cast<size_t>(k) + 1] / threads;
+  };
+  const int64_t begin = node == 0 ? 0 : end_block(node - 1);
+  return {std::min(rows, begin * grain), std::min(rows, end_block(node) * grain)};
+}
+
+std::vector<RowRange> node_row_ranges(int64_t rows, const ThreadPlacement& placement, int64_t grain) {
+  std::vector<RowRange> ranges(static_cast<size_t>(placement.num_nodes()));
+  for (int n = 0; n < placement.num_nodes(); ++n) ranges[static_cast<size_t>(n)] = node_row_range(rows, placement.first_thread, n, grain);
   return ranges;
 }
 

@@ -50,6 +50,9 @@ struct RowRange {
 };
 // [nodes] ranges covering [0, rows) in node order, each a multiple of grain except the last non-empty one.
 std::vector<RowRange> node_row_ranges(int64_t rows, const ThreadPlacement& placement, int64_t grain = 1);
+// Node `node`'s range of node_row_ranges, from first_thread ([nodes + 1], ThreadPlacement::first_thread), without
+// allocating (ThreadPool::parallel_for_nodes splits every job with it).
+RowRange node_row_range(int64_t rows, const std::vector<int>& first_thread, int node, int64_t grain = 1);
 
 // Pins the calling thread to `cpu` (false when the OS refuses, e.g. the CPU is outside the process's mask).
 bool pin_current_thread(int cpu);

@@ -94,20 +94,18 @@ void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node) {
   // Node k's grains [begin, end) in proportion to its threads (node_row_ranges' split); one share when not by node.
   // A few chunks per thread: enough to rebalance when one thread runs late, few enough to stay cheap.
   const int shares = by_node ? num_nodes() : 1;
-  int64_t begin = 0;
   for (int k = 0; k < shares; ++k) {
     const int first = by_node ? node_first_thread_[static_cast<size_t>(k)] : 0;
     const int last = by_node ? node_first_thread_[static_cast<size_t>(k) + 1] : num_threads();
-    const int64_t end = k + 1 == shares ? grains : grains * last / num_threads();
+    const RowRange range = by_node ? node_row_range(grains, node_first_thread_, k) : RowRange{0, grains};
     NodeShare& share = node_shares_[static_cast<size_t>(k)];
-    share.begin = begin;
-    share.end = end;
-    const int64_t share_grains = end - begin;
+    share.begin = range.begin;
+    share.end = range.end;
+    const int64_t share_grains = range.end - range.begin;
     const int64_t target_chunks = std::max<int64_t>(1, std::min<int64_t>(share_grains, 4 * (last - first)));
     share.chunk_grains = std::max<int64_t>(1, (share_grains + target_chunks - 1) / target_chunks);
     share.chunks = (share_grains + share.chunk_grains - 1) / share.chunk_grains;
     share.next_chunk.store(0, std::memory_order_relaxed);
-    begin = end;
   }
   job_by_node_ = by_node;
   job_ = &fn;

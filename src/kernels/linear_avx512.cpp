@@ -623,8 +623,8 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
 constexpr int64_t kTiledDecodeMaxRows = 4;
 constexpr int kTiledScaleBlocks = 32;  // weight scales are read 32 blocks at a time
 // Software prefetch distance along each tile's stream. The out-of-order window alone reaches ~2 KB ahead at ~15
-// instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs; 4 KB measured best
-// of 1-16 KB (bench_linear, wo_b / w2 tiled, rows:1).
+// instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs. Of 0-16 KB tried
+// (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower and 1-16 KB were within the noise.
 constexpr int64_t kTiledPrefetchBytes = 4096;
 
 // NT (1 or 2) adjacent tiles from `tile` on, all of K, for R rows of plain bf16 activations (g.act [R, in]).
