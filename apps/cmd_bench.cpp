@@ -5,7 +5,8 @@
 //   tgN bB @ dD           decode tokens/s of B sequences decoding together at context depth D (B * N / time), D the
 //                         smallest --depth;
 //   tg bB / roofline      those steps against their roofline, max(weight bytes touched / read bandwidth, matmul
-//                         FLOPs / dot peak), both limits measured in this run (decode_roofline_fraction_batchB);
+//                         FLOPs / dot peak), both limits measured in this run (decode_roofline_fraction_batchB),
+//                         and the steps by phase (as for "decode step @ D" below);
 //   global KV             bytes per token the engine reserved (kv pages, whole blocks) for the longest prompt
 //                         (prompt + the one generated id), and what reserving a --reserve-context context allocates;
 //   decode step @ D       one batch-1 decode step at each --depth D (decode_step_ms_by_depth in --json), its ratio
@@ -464,21 +465,27 @@ int run_bench(const BenchOptions& o) {
       // parameters (matmuls only). Fraction = roofline time / measured step time.
       if (steps->empty()) continue;
       double routed = 0, step_s = 0;
+      double phase_ms[4] = {};  // mean ms per step: other, linear, indexer, attention (StepRecord::phase_ns)
       for (const StepRecord& s : *steps) {
         routed += static_cast<double>(s.routed_expert_bytes);
         step_s += s.seconds;
+        for (int p = 0; p < 4; ++p) phase_ms[p] += static_cast<double>(s.phase_ns[p]) * 1e-6;
       }
-      routed /= static_cast<double>(steps->size());
-      step_s /= static_cast<double>(steps->size());
+      const double num_steps = static_cast<double>(steps->size());
+      routed /= num_steps;
+      step_s /= num_steps;
+      for (double& ms : phase_ms) ms /= num_steps;
       const double bytes = static_cast<double>(info.decode_weight_bytes - info.decode_routed_bytes) + routed;
       const double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(info.activated_params_decode);
       const double bytes_s = bytes / (read.gbps * 1e9), flops_s = flops / (peak.gflops * 1e9);
       const double roofline_s = std::max(bytes_s, flops_s);
       const double fraction = roofline_s / step_s;
-      char text[240];
+      char text[400];
       std::snprintf(text, sizeof(text),
-                    "%.3f (step %.1f ms; roofline %.1f ms = max(%.2f GB / %.1f GB/s, %.1f GFLOP / %.1f GFLOP/s))",
-                    fraction, step_s * 1e3, roofline_s * 1e3, bytes * 1e-9, read.gbps, flops * 1e-9, peak.gflops);
+                    "%.3f (step %.1f ms; roofline %.1f ms = max(%.2f GB / %.1f GB/s, %.1f GFLOP / %.1f GFLOP/s); "
+                    "by phase: linear %.1f, attention %.1f, indexer %.1f, other %.1f)",
+                    fraction, step_s * 1e3, roofline_s * 1e3, bytes * 1e-9, read.gbps, flops * 1e-9, peak.gflops,
+                    phase_ms[1], phase_ms[3], phase_ms[2], phase_ms[0]);
       rows.push_back({"tg b" + std::to_string(batch) + " / roofline", text});
       j["decode"][std::to_string(depth)][std::to_string(batch)]["roofline_fraction"] = fraction;
       j["decode"][std::to_string(depth)][std::to_string(batch)]["step_ms"] = step_s * 1e3;

@@ -31,8 +31,9 @@ namespace {
 
 constexpr int64_t kMinCycledBytes = int64_t{256} << 20;  // 8x the L3
 
-// kBf16 takes bf16 activations (the bf16 F.linear case); kBf16Fp32x genuine fp32 ones (the "fp32" linears).
-enum class Format { kFp8, kFp4, kBf16, kBf16Fp32x };
+// kBf16 takes bf16 activations (the bf16 F.linear case); kBf16Fp32x genuine fp32 ones (the "fp32" linears);
+// kFp8AsBf16 FP8 weights run as their bf16 values against bf16 activations (wo_a, fp8_as_bf16_gemm).
+enum class Format { kFp8, kFp4, kBf16, kBf16Fp32x, kFp8AsBf16 };
 
 struct LinearShape {
   const char* name;
@@ -49,6 +50,7 @@ const LinearShape kShapes[] = {
     {"w2_mxfp4", Format::kFp4, 5120, 2304},    // routed expert down
     {"head_bf16", Format::kBf16, 16384, 5120},  // a 16K-row slice of the 129,280-row head
     {"wo_a_bf16", Format::kBf16, 1024, 4096},   // one of the 8 output groups (64 heads x 512 / 8 -> 1024)
+    {"wo_a_fp8", Format::kFp8AsBf16, 1024, 4096},  // the same group from the stored FP8 codes, as the model runs it
     {"head_bf16_fp32x", Format::kBf16Fp32x, 16384, 5120},  // the head slice with fp32 activations
     // 288 KB / 256 KB slices of w2's and wo_b's shapes, read from L2 call after call.
     {"w2_mxfp4_cached", Format::kFp4, 256, 2304, true},
@@ -90,7 +92,8 @@ HugePageBuffer huge_bytes(int64_t n) {
 
 int64_t weight_bytes(const LinearShape& s) {
   switch (s.format) {
-    case Format::kFp8: return s.out * s.in + ((s.out + 31) / 32) * (s.in / 32);
+    case Format::kFp8:
+    case Format::kFp8AsBf16: return s.out * s.in + ((s.out + 31) / 32) * (s.in / 32);
     case Format::kFp4: return s.out * s.in / 2 + s.out * (s.in / 32);
     case Format::kBf16:
     case Format::kBf16Fp32x: return s.out * s.in * 2;
@@ -135,15 +138,15 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
       // Keep bf16 values finite and moderate: clear the top exponent bit of every high byte.
       for (size_t i = 1; i < w[c].data.size(); i += 2) w[c].data.data()[i] &= 0xbf;
     } else {
-      const int64_t n = shape.format == Format::kFp8 ? shape.out * shape.in : shape.out * shape.in / 2;
+      const bool fp8 = shape.format != Format::kFp4;
+      const int64_t n = fp8 ? shape.out * shape.in : shape.out * shape.in / 2;
       w[c].data = huge_bytes(n);
-      fill_random(w[c].data.data(), w[c].data.size(), 1000 + c, shape.format == Format::kFp8 ? 0x77 : 0xff);
-      const int64_t ns = shape.format == Format::kFp8 ? ((shape.out + 31) / 32) * (shape.in / 32)
-                                                      : shape.out * (shape.in / 32);
+      fill_random(w[c].data.data(), w[c].data.size(), 1000 + c, fp8 ? 0x77 : 0xff);
+      const int64_t ns = fp8 ? ((shape.out + 31) / 32) * (shape.in / 32) : shape.out * (shape.in / 32);
       w[c].scales.assign(static_cast<size_t>(ns), 120);
       if (tile_major) {
         const std::vector<uint8_t> row_major(w[c].data.data(), w[c].data.data() + n);
-        if (shape.format == Format::kFp8) repack_fp8_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data());
+        if (fp8) repack_fp8_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data());
         else {
           repack_fp4_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data());
           const std::vector<uint8_t> scales = w[c].scales;  // all equal here, moved anyway as the engine does
@@ -170,6 +173,11 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
       case Format::kFp4:
         kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in, tile_major}, y.data(),
                           &pool);
+        break;
+      case Format::kFp8AsBf16:
+        kernels->fp8_as_bf16_gemm(x_f32.data(), rows,
+                                  Fp8Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in, tile_major},
+                                  y.data(), &pool);
         break;
       case Format::kBf16:
       case Format::kBf16Fp32x: {

@@ -107,6 +107,11 @@ struct Bf16Weight {
 // bound otherwise (tests/kernels/test_linear_fast.cpp).
 // BF16: x is fp32 (bf16 activations, or genuine fp32 for the "fp32" linears); the reference sums in K order
 // with fused multiply-adds; the SIMD sets sum 16 (or 8) lanes and reduce, within the reordering bound.
+// FP8 as BF16 (spec §3: wo_a is stored FP8, convert.py dequantises it to bf16 and the reference runs a bf16
+// matmul): the BF16 linear of the weight W = bf16(e4m3 · sw), which is exact (3 mantissa bits times a power of
+// two), computed from the codes, so it reads half the bytes of a bf16 copy. The reference is the BF16 reference on
+// those values (bit for bit what a dequantised copy gives); the SIMD sets sum each 32-K block, scale it by sw
+// (exact) and add the blocks in K order, within the same reordering bound.
 struct LinearKernels {
   const char* name;
   // Every table reads both weight orders; this one's FP8/FP4 kernels are fastest on tile-major weights.
@@ -114,6 +119,7 @@ struct LinearKernels {
   void (*fp8_gemm)(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool);
   void (*fp4_gemm)(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool);
   void (*bf16_gemm)(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
+  void (*fp8_as_bf16_gemm)(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool);
 };
 
 // Preconditions of every kernel (the kernels trust their arguments; check once when binding weights):
@@ -122,6 +128,7 @@ struct LinearKernels {
 Status check_fp8_linear(const Fp8Activations& x, const Fp8Weight& w);
 Status check_fp4_linear(const Fp8Activations& x, const Fp4Weight& w);
 Status check_bf16_linear(int64_t x_k, const Bf16Weight& w);
+Status check_fp8_as_bf16_linear(int64_t x_k, const Fp8Weight& w);
 
 // The scalar oracle (single-threaded even when given a pool).
 const LinearKernels& reference_linear_kernels();

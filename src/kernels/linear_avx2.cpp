@@ -142,12 +142,11 @@ void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   }
 }
 
+// act [rows, in] fp32 values with ue8m0 block scales act_scales [rows, in/32].
 template <bool kFp4>
-void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
-                    bool tile_major, float* y, ThreadPool* pool) {
-  if (x.rows <= 0 || out <= 0) return;
-  ThreadScratch scratch(pool, 0);
-  const std::span<float> act = widen_activations(x, scratch);
+void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, const uint8_t* w,
+                    const uint8_t* w_scales, int64_t out, int64_t in, bool tile_major, float* y, ThreadPool* pool) {
+  if (rows <= 0 || out <= 0) return;
   GemmArgs g;
   g.w = w;
   g.w_scales = w_scales;
@@ -155,14 +154,14 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   g.in = in;
   g.kb = in / 32;
   g.tile_major = tile_major;
-  g.rows = x.rows;
-  g.act = act.data();
-  g.act_scales = x.scales;
+  g.rows = rows;
+  g.act = act;
+  g.act_scales = act_scales;
   g.y = y;
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (pool && x.rows > 1 && tiles < 4 * pool->num_threads()) {
+  if (pool && rows > 1 && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
-    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) {
+    pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
       GemmArgs part = g;
       part.rows = r1 - r0;
       part.act += r0 * g.in;
@@ -178,11 +177,24 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
 }
 
 void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
-  run_block_gemm<false>(x, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool);
+  ThreadScratch scratch(pool, 0);
+  const std::span<float> act = widen_activations(x, scratch);
+  run_block_gemm<false>(act.data(), x.scales, x.rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool);
 }
 
 void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
-  run_block_gemm<true>(x, w.packed, w.scales, w.out, w.in, w.tile_major, y, pool);
+  ThreadScratch scratch(pool, 0);
+  const std::span<float> act = widen_activations(x, scratch);
+  run_block_gemm<true>(act.data(), x.scales, x.rows, w.packed, w.scales, w.out, w.in, w.tile_major, y, pool);
+}
+
+// The FP8 block GEMM on the fp32 activations themselves with unit activation scales: per block
+// (partial · 1) · sw, where partial sums exact products when x holds bf16 values.
+void fp8_as_bf16_gemm_avx2(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool) {
+  ThreadScratch scratch(pool, 0);
+  const std::span<uint8_t> unit_scales = scratch.take<uint8_t>(static_cast<size_t>(rows * (w.in / 32)));
+  std::fill(unit_scales.begin(), unit_scales.end(), kE8m0One);
+  run_block_gemm<false>(x, unit_scales.data(), rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool);
 }
 
 // BF16: 4 outputs x RT rows of 8-lane fp32 FMA accumulators; the K tail (< 8) is added in scalar FMAs.
@@ -239,7 +251,8 @@ void bf16_gemm_avx2(const float* x, int64_t rows, const Bf16Weight& w, float* y,
 const LinearKernels* avx2_kernels() {
   static const bool supported =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  static const LinearKernels kernels{"avx2", false, fp8_gemm_avx2, fp4_gemm_avx2, bf16_gemm_avx2};
+  static const LinearKernels kernels{"avx2", false, fp8_gemm_avx2, fp4_gemm_avx2, bf16_gemm_avx2,
+                                     fp8_as_bf16_gemm_avx2};
   return supported ? &kernels : nullptr;
 }
 

@@ -836,8 +836,23 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
   }
 }
 
+// A block GEMM's activations: e4m3 codes with their ue8m0 block scales (model.py's act_quant), or fp32 rows that
+// hold bf16 values, with unit scales (LinearKernels::fp8_as_bf16_gemm).
+struct GemmActivations {
+  const Fp8Activations* codes = nullptr;  // or
+  const float* bf16_values = nullptr;     // [rows, k]
+  const uint8_t* scales = nullptr;        // [rows, k/32] ue8m0
+  int64_t rows = 0, k = 0;
+};
+
+// Rows [r0, r1) as bf16 bits in k order, out [rows, k].
+void prepare_natural(const GemmActivations& x, uint16_t* out, int64_t r0, int64_t r1) {
+  if (x.codes != nullptr) prepare_activation_bf16(*x.codes, out, r0, r1);
+  else narrow_bf16_rows_avx512(x.bf16_values, x.k, x.k, out, r0, r1);
+}
+
 template <bool kFp4>
-void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
+void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
                     bool tile_major, float* y, ThreadPool* pool) {
   if (x.rows <= 0 || out <= 0) return;
   GemmArgs g;
@@ -861,7 +876,7 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row.
     ThreadScratch scratch(pool, 0);
     const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
-    prepare_activation_bf16(x, act.data(), 0, x.rows);
+    prepare_natural(x, act.data(), 0, x.rows);
     g.act = act.data();
     switch (x.rows) {
       case 1: run_tiles(tiled_decode_tiles<kFp4, 1>); break;
@@ -878,7 +893,7 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
     ThreadScratch scratch(pool, 0);
     const std::span<uint16_t> natural = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
     const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * groups * 128));
-    prepare_activation_bf16(x, natural.data(), 0, x.rows);
+    prepare_natural(x, natural.data(), 0, x.rows);
     for (int64_t r = 0; r < x.rows; ++r)
       fp4_decode_activation_order(natural.data() + r * in, in, act.data() + r * groups * 128);
     g.act = act.data();
@@ -890,11 +905,11 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
     }
     return;
   }
-  if (!kFp4 && x.rows == 1) {
+  if (!kFp4 && x.rows == 1 && x.codes != nullptr) {
     // FP8 decode: block-pair lane order, converted and multiplied in registers.
     ThreadScratch scratch(pool, 0);
     const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(g.npairs * 64));  // block-pair order
-    prepare_activation_pairs(x, g.npairs, act.data());
+    prepare_activation_pairs(*x.codes, g.npairs, act.data());
     g.act = act.data();
     run_tiles(fp8_decode_tiles);
     return;
@@ -903,9 +918,9 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
   ThreadScratch scratch(pool, 0);
   const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
   if (pool)
-    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { prepare_activation_bf16(x, act.data(), r0, r1); });
+    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { prepare_natural(x, act.data(), r0, r1); });
   else
-    prepare_activation_bf16(x, act.data(), 0, x.rows);
+    prepare_natural(x, act.data(), 0, x.rows);
   g.act = act.data();
   if (pool && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
@@ -934,11 +949,28 @@ void run_block_gemm(const Fp8Activations& x, const uint8_t* w, const uint8_t* w_
 }
 
 void fp8_gemm_avx512(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
-  run_block_gemm<false>(x, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool);
+  run_block_gemm<false>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.codes, w.scales, w.out, w.in,
+                        w.tile_major, y, pool);
 }
 
 void fp4_gemm_avx512(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
-  run_block_gemm<true>(x, w.packed, w.scales, w.out, w.in, w.tile_major, y, pool);
+  run_block_gemm<true>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.packed, w.scales, w.out, w.in,
+                       w.tile_major, y, pool);
+}
+
+// bf16 activations (per block (partial · 1) · sw: the products are exact, as in fp8_gemm); activations that
+// vdpbf16ps cannot take as they are (not bf16, or subnormal) go through the AVX2 table's fp32 FMAs instead.
+void fp8_as_bf16_gemm_avx512(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool) {
+  if (rows <= 0) return;
+  if (!bf16_exact_avx512(x, rows * w.in)) {
+    avx2_kernels()->fp8_as_bf16_gemm(x, rows, w, y, pool);  // every AVX-512 CPU has AVX2, FMA and F16C
+    return;
+  }
+  ThreadScratch scratch(pool, 0);
+  const std::span<uint8_t> unit_scales = scratch.take<uint8_t>(static_cast<size_t>(rows * (w.in / 32)));
+  std::fill(unit_scales.begin(), unit_scales.end(), kE8m0One);
+  run_block_gemm<false>(GemmActivations{nullptr, x, unit_scales.data(), rows, w.in}, w.codes, w.scales, w.out, w.in,
+                        w.tile_major, y, pool);
 }
 
 }  // namespace
@@ -947,7 +979,8 @@ const LinearKernels* avx512_kernels() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                                 __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
-  static const LinearKernels kernels{"avx512", true, fp8_gemm_avx512, fp4_gemm_avx512, bf16_gemm_avx512};
+  static const LinearKernels kernels{"avx512", true, fp8_gemm_avx512, fp4_gemm_avx512, bf16_gemm_avx512,
+                                     fp8_as_bf16_gemm_avx512};
   return supported ? &kernels : nullptr;
 }
 

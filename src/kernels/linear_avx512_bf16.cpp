@@ -37,8 +37,9 @@ int64_t rows_per_block(int64_t row_bytes) {
   return std::max<int64_t>(kTileRows, (kRowBlockBytes / std::max<int64_t>(row_bytes, 1)) / kTileRows * kTileRows);
 }
 
-// True when every x[i] is a bf16 value that vdpbf16ps takes as it is: low 16 bits zero, not subnormal.
-DSFLASH_AVX512_BF16 bool is_bf16_exact(const float* x, int64_t n) {
+}  // namespace
+
+DSFLASH_AVX512_BF16 bool bf16_exact_avx512(const float* x, int64_t n) {
   const __m512i low = _mm512_set1_epi32(0xffff), magnitude = _mm512_set1_epi32(0x7fffffff);
   const __m512i min_normal = _mm512_set1_epi32(0x00800000);
   int64_t i = 0;
@@ -56,8 +57,8 @@ DSFLASH_AVX512_BF16 bool is_bf16_exact(const float* x, int64_t n) {
   return true;
 }
 
-// x rows [r0, r1) -> bf16 bits [rows, k_pad], zero past k (exact: x holds bf16 values).
-DSFLASH_AVX512_BF16 void narrow_rows(const float* x, int64_t k, int64_t k_pad, uint16_t* out, int64_t r0, int64_t r1) {
+DSFLASH_AVX512_BF16 void narrow_bf16_rows_avx512(const float* x, int64_t k, int64_t k_pad, uint16_t* out, int64_t r0,
+                                                 int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const float* src = x + r * k;
     uint16_t* dst = out + r * k_pad;
@@ -69,6 +70,8 @@ DSFLASH_AVX512_BF16 void narrow_rows(const float* x, int64_t k, int64_t k_pad, u
     }
   }
 }
+
+namespace {
 
 // 4 weight rows' prefetch: row j prefetches kPrefetchElements ahead of kk in its own row, or past the row's
 // end at the same distance into `next` (the next group's first row), which short rows need: they end before
@@ -195,7 +198,7 @@ void run_groups(Rows<T> x, int64_t rows, const Bf16Weight& w, float* y, int64_t 
 
 void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool) {
   if (rows <= 0 || w.out <= 0) return;
-  if (!is_bf16_exact(x, rows * w.in)) {
+  if (!bf16_exact_avx512(x, rows * w.in)) {
     run_bf16_gemm(x, rows, w, y, pool, [](const float* xs, int64_t n, const Bf16Weight& wt, float* ys, int64_t g0,
                                           int64_t g1) {
       run_groups(Rows<float>{xs, wt.in}, n, wt, ys, g0, g1,
@@ -208,9 +211,9 @@ void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* 
   ThreadScratch scratch(pool, 0);
   const std::span<uint16_t> narrow = scratch.take<uint16_t>(static_cast<size_t>(rows * k_pad));  // [rows, k_pad] bf16
   if (pool && rows > 1)
-    pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) { narrow_rows(x, w.in, k_pad, narrow.data(), r0, r1); });
+    pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) { narrow_bf16_rows_avx512(x, w.in, k_pad, narrow.data(), r0, r1); });
   else
-    narrow_rows(x, w.in, k_pad, narrow.data(), 0, rows);
+    narrow_bf16_rows_avx512(x, w.in, k_pad, narrow.data(), 0, rows);
   // run_bf16_gemm hands out row ranges as x + r0 * w.in; map them back to the narrowed rows.
   const uint16_t* base = narrow.data();
   run_bf16_gemm(x, rows, w, y, pool, [&](const float* xs, int64_t n, const Bf16Weight& wt, float* ys, int64_t g0,

@@ -92,17 +92,32 @@ const uint8_t* fp4_block_packed(const Fp4Weight& w, int64_t o, int64_t b, uint8_
   return scratch;
 }
 
+namespace {
+// The weight's own preconditions (any activations); `what` names the linear kind in the message.
+Status check_fp8_weight(const char* what, const Fp8Weight& w) {
+  if (w.in <= 0 || w.in % 32 != 0 || w.out <= 0)
+    return Status::Error(std::string(what) + ": weight " + shape_text(w.out, w.in) +
+                         ": in must be a positive multiple of 32");
+  if (!w.codes || !w.scales) return Status::Error(std::string(what) + ": null data pointer");
+  if (w.tile_major && !tile_major_possible(w.out, w.in))
+    return Status::Error(std::string(what) + ": weight " + shape_text(w.out, w.in) + " cannot be tile-major");
+  return Status::Ok();
+}
+}  // namespace
+
 Status check_fp8_linear(const Fp8Activations& x, const Fp8Weight& w) {
   if (x.k != w.in)
     return Status::Error("fp8 linear: activations " + shape_text(x.rows, x.k) + " do not match weight " +
                          shape_text(w.out, w.in) + " (k != in)");
-  if (w.in <= 0 || w.in % 32 != 0 || w.out <= 0)
-    return Status::Error("fp8 linear: weight " + shape_text(w.out, w.in) + ": in must be a positive multiple of 32");
-  if (!w.codes || !w.scales || (x.rows > 0 && (!x.codes || !x.scales)))
-    return Status::Error("fp8 linear: null data pointer");
-  if (w.tile_major && !tile_major_possible(w.out, w.in))
-    return Status::Error("fp8 linear: weight " + shape_text(w.out, w.in) + " cannot be tile-major");
-  return Status::Ok();
+  if (x.rows > 0 && (!x.codes || !x.scales)) return Status::Error("fp8 linear: null data pointer");
+  return check_fp8_weight("fp8 linear", w);
+}
+
+Status check_fp8_as_bf16_linear(int64_t x_k, const Fp8Weight& w) {
+  if (x_k != w.in)
+    return Status::Error("fp8-as-bf16 linear: activation width " + std::to_string(x_k) + " does not match weight " +
+                         shape_text(w.out, w.in));
+  return check_fp8_weight("fp8-as-bf16 linear", w);
 }
 
 Status check_fp4_linear(const Fp8Activations& x, const Fp4Weight& w) {

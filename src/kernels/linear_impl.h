@@ -18,6 +18,11 @@ const LinearKernels* avx512_kernels();
 // The AVX-512 BF16 linear (linear_avx512_bf16.cpp): vdpbf16ps when every activation is a bf16 value, fp32 FMAs
 // otherwise. Call only where avx512_kernels() is not nullptr.
 void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
+// True when every x[i] is a bf16 value that vdpbf16ps takes as it is: low 16 bits zero, not subnormal (vdpbf16ps
+// reads subnormal inputs as zero).
+bool bf16_exact_avx512(const float* x, int64_t n);
+// x rows [r0, r1) (fp32 holding bf16 values) -> their bf16 bits, out [rows, k_pad], zero past k (exact).
+void narrow_bf16_rows_avx512(const float* x, int64_t k, int64_t k_pad, uint16_t* out, int64_t r0, int64_t r1);
 
 // Every table this CPU runs, fastest first (always ends with the reference).
 std::vector<const LinearKernels*> available_kernels();

@@ -99,10 +99,33 @@ void bf16_gemm_reference(const float* x, int64_t rows, const Bf16Weight& w, floa
   }
 }
 
+// y [rows, out] = x [rows, k] fp32 · bf16(e4m3 W · sw)ᵀ: the BF16 reference above on the dequantised values
+// (exact in bf16, so the bits a dequantised copy would hold), Σ in k order in fp32.
+void fp8_as_bf16_gemm_reference(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* /*pool*/) {
+  const LinearDecodeTables& t = linear_decode_tables();
+  const int64_t k = w.in, kblocks = k / 32;
+  std::vector<float> values(static_cast<size_t>(k));
+  for (int64_t o = 0; o < w.out; ++o) {
+    for (int64_t b = 0; b < kblocks; ++b) {
+      uint8_t gathered[32];
+      const uint8_t* codes = fp8_block_codes(w, o, b, gathered);
+      const float scale = t.e8m0_f32[w.scales[(o / 32) * kblocks + b]];
+      for (int j = 0; j < 32; ++j) values[b * 32 + j] = bf16_to_f32(f32_to_bf16(t.e4m3_f32[codes[j]] * scale));
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * k;
+      float acc = 0.0f;
+      for (int64_t i = 0; i < k; ++i) acc = std::fma(xr[i], values[i], acc);
+      y[r * w.out + o] = acc;
+    }
+  }
+}
+
 }  // namespace
 
 const LinearKernels& reference_linear_kernels() {
-  static const LinearKernels kernels{"reference", false, fp8_gemm_reference, fp4_gemm_reference, bf16_gemm_reference};
+  static const LinearKernels kernels{"reference", false, fp8_gemm_reference, fp4_gemm_reference, bf16_gemm_reference,
+                                     fp8_as_bf16_gemm_reference};
   return kernels;
 }
 

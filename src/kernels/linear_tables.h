@@ -18,4 +18,7 @@ struct LinearDecodeTables {
 
 const LinearDecodeTables& linear_decode_tables();
 
+// The ue8m0 code of 1.0 (2^0): the unit activation scale of an FP8 weight's bf16 linear.
+constexpr uint8_t kE8m0One = 127;
+
 }  // namespace dsflash

@@ -260,8 +260,7 @@ Result<std::unique_ptr<AttentionLayer>> AttentionLayer::bind(const TensorLookup&
   a->wq_b_ = b.fp8(prefix + ".wq_b", hd, a->q_lora_);
   a->wkv_ = b.fp8(prefix + ".wkv", a->head_dim_, a->dim_);
   a->kv_norm_ = b.bf16_vector(prefix + ".kv_norm.weight", a->head_dim_);
-  const int64_t wo_a_in = hd / a->groups_;
-  const Fp8Weight wo_a = b.fp8(prefix + ".wo_a", a->groups_ * a->o_lora_, wo_a_in);
+  a->wo_a_ = b.fp8(prefix + ".wo_a", a->groups_ * a->o_lora_, hd / a->groups_);
   a->wo_b_ = b.fp8(prefix + ".wo_b", a->dim_, a->groups_ * a->o_lora_);
   if (const TensorView* sink = b.get(prefix + ".attn_sink", DType::kF32, {a->heads_})) {
     a->sink_.resize(static_cast<size_t>(a->heads_));
@@ -280,16 +279,12 @@ Result<std::unique_ptr<AttentionLayer>> AttentionLayer::bind(const TensorLookup&
   }
   if (!b.status().ok()) return b.status().with_context("attention layer " + std::to_string(layer));
 
-  // wo_a: FP8 [groups*o_lora, in] with one ue8m0 scale per 32x32 block -> bf16 (exact: e4m3 x 2^k fits bf16).
-  a->wo_a_.resize(static_cast<size_t>(wo_a.out * wo_a.in));
-  const int64_t scale_cols = (wo_a.in + 31) / 32;
-  for (int64_t r = 0; r < wo_a.out; ++r) {
-    for (int64_t c = 0; c < wo_a.in; ++c) {
-      const float scale = e8m0_to_f32(wo_a.scales[(r / 32) * scale_cols + c / 32]);
-      const float value = e4m3_to_f32(wo_a.codes[r * wo_a.in + c]) * scale;
-      a->wo_a_[static_cast<size_t>(r * wo_a.in + c)] = f32_to_bf16(value);
-    }
-  }
+  // Each group's wo_a rows are a weight of their own (project_output): they must start on a 32-row scale block
+  // and span whole 32-K blocks.
+  if (a->o_lora_ % 32 != 0 || (hd / a->groups_) % 32 != 0)
+    return Status::Error("attention layer " + std::to_string(layer) + ": " + prefix + ".wo_a: groups of " +
+                         std::to_string(a->o_lora_) + " x " + std::to_string(hd / a->groups_) +
+                         " do not fall on the FP8 32x32 scale blocks");
   return a;
 }
 
@@ -718,9 +713,14 @@ void AttentionLayer::project_output(float* o, int64_t rows, const float* cos, co
       std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
                   static_cast<size_t>(group_in) * sizeof(float));
     }
-    const Bf16Weight w{wo_a_.data() + static_cast<size_t>(g) * static_cast<size_t>(o_lora_ * group_in), o_lora_,
-                       group_in};
-    bf16_linear(group_x.data(), rows, w, group_y.data(), ctx, true);
+    // Group g's rows of wo_a: whole 16-row tiles in either order, whole 32-row scale blocks (o_lora % 32 == 0).
+    const Fp8Weight w{wo_a_.codes + g * o_lora_ * group_in, wo_a_.scales + (g * o_lora_ / 32) * (group_in / 32),
+                      o_lora_, group_in, wo_a_.tile_major};
+    {
+      ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
+      ctx.backend->fp8_as_bf16_gemm(group_x.data(), rows, w, group_y.data(), ctx.pool);
+      round_to_bf16_inplace(group_y.data(), rows * o_lora_);
+    }
     for (int64_t t = 0; t < rows; ++t) {
       std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)],
                   &group_y[static_cast<size_t>(t * o_lora_)], static_cast<size_t>(o_lora_) * sizeof(float));

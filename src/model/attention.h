@@ -52,12 +52,12 @@ class AttentionLayer {
   static Result<std::unique_ptr<AttentionLayer>> bind(const Checkpoint& checkpoint, int layer);
   // Every FP8 linear of the layer, for a load-time rewrite of its bytes (ModelWeights::to_tile_major).
   void for_each_fp8_linear(FunctionRef<void(Fp8Weight&)> fn) {
-    for (Fp8Weight* w : {&wq_a_, &wq_b_, &wkv_, &wo_b_, &index_wq_b_})
+    for (Fp8Weight* w : {&wq_a_, &wq_b_, &wkv_, &wo_a_, &wo_b_, &index_wq_b_})
       if (w->codes != nullptr) fn(*w);
   }
   // Binds layers.{layer}.attn.* (and for DSpark stages mtp.{layer - n_layers}.attn.*). Errors name the tensor,
-  // the expected and found dtype/shape, and `origin`. wo_a (stored FP8) is dequantised to bf16 here, exactly,
-  // as the reference's convert.py does.
+  // the expected and found dtype/shape, and `origin`. wo_a stays FP8: the reference's convert.py dequantises it
+  // to bf16 (exact), and the backend's fp8_as_bf16_gemm computes that bf16 linear from the codes.
   static Result<std::unique_ptr<AttentionLayer>> bind(const TensorLookup& find, const std::string& origin,
                                                       const ModelConfig& config, int layer);
   ~AttentionLayer();
@@ -144,11 +144,11 @@ class AttentionLayer {
   bool kv_source_ = false, index_source_ = false, candidate_source_ = false, candidate_restricted_ = false;
   int kv_source_layer_ = -1, index_source_layer_ = -1;
   Rope rope_;
-  // weights (views into the checkpoint, except the dequantised wo_a and the copied sink)
+  // weights (views into the checkpoint, except the copied sink)
   Fp8Weight wq_a_, wq_b_, wkv_, wo_b_;
+  Fp8Weight wo_a_;  // [groups * o_lora, heads * head_dim / groups] FP8, run as bf16 (fp8_as_bf16_gemm)
   const uint16_t* q_norm_ = nullptr;   // [q_lora] bf16
   const uint16_t* kv_norm_ = nullptr;  // [head_dim] bf16
-  std::vector<uint16_t> wo_a_;         // [groups * o_lora, heads * head_dim / groups] bf16 (dequantised FP8)
   std::vector<float> sink_;            // [heads] fp32
   // compressor (KV sources): wkv [head_dim, dim] bf16 (used in fp32 at ratio > 1), wgate (ratio > 1), norm
   Bf16Weight compressor_wkv_, compressor_wgate_;

@@ -25,8 +25,7 @@ Result<std::vector<float>> bind_small_f32(const Checkpoint& checkpoint, const st
   return out;
 }
 
-// Attention and Engram tensors read per decode step: all of layers.L.attn.* (wo_a as the bf16 copy the
-// attention binds, 2 bytes per element instead of the stored e4m3 + scales), and of layers.L.engram.* the wkv
+// Attention and Engram tensors read per decode step: all of layers.L.attn.*, and of layers.L.engram.* the wkv
 // projection, the gate weights and one table row per hash column (not the whole table).
 int64_t attention_and_engram_bytes(const Checkpoint& checkpoint, int layer, int64_t engram_row_bytes) {
   const std::string attn = "layers." + std::to_string(layer) + ".attn.";
@@ -34,11 +33,7 @@ int64_t attention_and_engram_bytes(const Checkpoint& checkpoint, int layer, int6
   int64_t bytes = 0;
   for (const TensorView* t : checkpoint.all_tensors()) {
     if (t->name.compare(0, attn.size(), attn) == 0) {
-      if (t->name == attn + "wo_a.weight" && t->dtype == DType::kF8_E4M3) {
-        bytes += 2 * t->num_elements();
-      } else if (t->name != attn + "wo_a.scale") {
-        bytes += static_cast<int64_t>(t->num_bytes);
-      }
+      bytes += static_cast<int64_t>(t->num_bytes);
     } else if (t->name.compare(0, engram.size(), engram) == 0) {
       if (t->name == engram + "embed.weight") {
         bytes += engram_row_bytes;

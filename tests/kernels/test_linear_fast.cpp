@@ -143,6 +143,82 @@ TEST(LinearFast, Bf16KeepsSubnormalActivations) {
   }
 }
 
+// wo_a's bf16 linear from FP8 codes, every table, both byte orders, bf16 and genuine fp32 activations (the AVX-512
+// table takes the latter, and bf16 subnormals, through AVX2's fp32 FMAs): within the reordering bound of the
+// reference, the same bits threaded (also split by node), and on tile-major weights each row the same bits alone.
+TEST(LinearFast, Fp8AsBf16MatchesTheReferenceAndRowsRunAlone) {
+  const Shape shapes[] = {{1, 16, 32}, {1, 64, 4096}, {2, 7, 96},    {3, 48, 1056}, {4, 32, 2048},
+                          {5, 33, 544}, {8, 16, 4096}, {12, 64, 1024}, {16, 48, 4096}, {33, 16, 256}};
+  ThreadPool pool(2);
+  ThreadPool two_nodes(3, {}, {0, 1, 1});
+  for (const LinearKernels* k : fast_kernels()) {
+    std::mt19937 rng(41);
+    for (const Shape& s : shapes)
+      for (const bool bf16_x : {true, false}) {
+        const auto x = test::random_floats(rng, s.rows * s.in, bf16_x);
+        const auto w = test::random_fp8_weight(rng, s.out, s.in);
+        const auto copy = test::dequantised_bf16(w);
+        std::vector<float> ref(static_cast<size_t>(s.rows * s.out));
+        reference_linear_kernels().fp8_as_bf16_gemm(x.data(), s.rows, w.view(), ref.data(), nullptr);
+        for (const bool tiled : {false, true}) {
+          if (tiled && !tile_major_possible(s.out, s.in)) continue;
+          auto bytes = w;
+          if (tiled) repack_fp8_tile_major(w.codes.data(), s.out, s.in, bytes.codes.data());
+          Fp8Weight view = bytes.view();
+          view.tile_major = tiled;
+          ASSERT_TRUE(check_fp8_as_bf16_linear(s.in, view).ok());
+          const std::string where = std::string(k->name) + " rows " + std::to_string(s.rows) + " out " +
+                                    std::to_string(s.out) + " in " + std::to_string(s.in) +
+                                    (tiled ? " tile-major" : "") + (bf16_x ? "" : " fp32 x");
+          std::vector<float> got(ref.size(), -7.0f);
+          k->fp8_as_bf16_gemm(x.data(), s.rows, view, got.data(), nullptr);
+          for (int r = 0; r < s.rows; ++r)
+            for (int o = 0; o < s.out; ++o) {
+              const size_t i = static_cast<size_t>(r * s.out + o);
+              ASSERT_NEAR(got[i], ref[i], 2 * test::fp32_sum_bound(s.in, test::exact_bf16(x.data(), copy.view(), r, o).abs_sum))
+                  << where << " at " << r << "," << o;
+            }
+          for (ThreadPool* p : {&pool, &two_nodes}) {
+            std::vector<float> threaded(ref.size(), -7.0f);
+            k->fp8_as_bf16_gemm(x.data(), s.rows, view, threaded.data(), p);
+            ASSERT_EQ(threaded, got) << where << " threaded, nodes " << p->num_nodes();
+          }
+          if (!tiled) continue;
+          for (int r = 0; r < s.rows; ++r) {
+            std::vector<float> alone(static_cast<size_t>(s.out), -7.0f);
+            k->fp8_as_bf16_gemm(x.data() + r * s.in, 1, view, alone.data(), nullptr);
+            ASSERT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + r * s.out)) << where << " row " << r;
+          }
+        }
+      }
+  }
+}
+
+// As Bf16KeepsSubnormalActivations, for the FP8 weight's bf16 linear: 3 * 2^-133 times 1.0 * 2^100.
+TEST(LinearFast, Fp8AsBf16KeepsSubnormalActivations) {
+  const int64_t in = 96, out = 32;
+  std::vector<float> x(static_cast<size_t>(in), 0.0f);
+  x[37] = bf16_to_f32(0x0003);
+  test::Fp8WeightData w;
+  w.out = out;
+  w.in = in;
+  w.codes.assign(static_cast<size_t>(out * in), 0x38);  // 1.0
+  w.scales.assign(static_cast<size_t>((out / 32) * (in / 32)), 127 + 100);
+  std::vector<float> ref(out), fast(out);
+  reference_linear_kernels().fp8_as_bf16_gemm(x.data(), 1, w.view(), ref.data(), nullptr);
+  ASSERT_EQ(ref[0], 3.0f * 0x1p-33f);
+  auto tiled = w;
+  repack_fp8_tile_major(w.codes.data(), out, in, tiled.codes.data());
+  Fp8Weight tiled_view = tiled.view();
+  tiled_view.tile_major = true;
+  for (const LinearKernels* k : fast_kernels())
+    for (const Fp8Weight& view : {w.view(), tiled_view}) {
+      std::fill(fast.begin(), fast.end(), -7.0f);
+      k->fp8_as_bf16_gemm(x.data(), 1, view, fast.data(), nullptr);
+      EXPECT_EQ(fast, ref) << k->name << (view.tile_major ? " tile-major" : "");
+    }
+}
+
 // Tile-major weights (a load-time repack, kernels/linear.h), read by every table: within the reordering bound of
 // the reference on the row-major bytes, bit-identical to it where block sums are exact, the same bits alone and
 // threaded (also split by NUMA node), and each row's result the same bits as that row run alone (the decode paths, 1..4 rows, and the

@@ -200,6 +200,30 @@ TEST(LinearReference, PoolDoesNotChangeResultsAndZeroRowsWritesNothing) {
   EXPECT_EQ(untouched, std::vector<float>(4, 7.0f));
 }
 
+// wo_a's bf16 linear from its FP8 codes: the bits of the BF16 reference on convert.py's dequantised copy, from
+// either byte order, with and without a pool.
+TEST(LinearReference, Fp8AsBf16IsTheBf16LinearOfTheDequantisedWeight) {
+  std::mt19937 rng(31);
+  ThreadPool pool(2);
+  for (const auto& [rows, out, in] : {std::tuple{1, 16, 32}, {3, 7, 96}, {5, 64, 1056}, {2, 48, 4096}}) {
+    const auto x = test::random_floats(rng, rows * in, true);
+    const auto w = test::random_fp8_weight(rng, out, in);
+    const auto copy = test::dequantised_bf16(w);
+    std::vector<float> want(static_cast<size_t>(rows * out)), got(want.size(), -7.0f);
+    reference_linear_kernels().bf16_gemm(x.data(), rows, copy.view(), want.data(), nullptr);
+    reference_linear_kernels().fp8_as_bf16_gemm(x.data(), rows, w.view(), got.data(), &pool);
+    EXPECT_EQ(got, want) << rows << "x" << out << "x" << in;
+    if (!tile_major_possible(out, in)) continue;
+    auto tiled = w;
+    repack_fp8_tile_major(w.codes.data(), out, in, tiled.codes.data());
+    Fp8Weight view = tiled.view();
+    view.tile_major = true;
+    std::fill(got.begin(), got.end(), -7.0f);
+    reference_linear_kernels().fp8_as_bf16_gemm(x.data(), rows, view, got.data(), nullptr);
+    EXPECT_EQ(got, want) << rows << "x" << out << "x" << in << " tile-major";
+  }
+}
+
 TEST(LinearChecks, RejectMismatchedShapes) {
   uint8_t byte = 0;
   uint16_t half = 0;
@@ -214,6 +238,10 @@ TEST(LinearChecks, RejectMismatchedShapes) {
   EXPECT_FALSE(check_fp4_linear(x, Fp4Weight{nullptr, &byte, 8, 64}).ok());
   EXPECT_TRUE(check_bf16_linear(7, Bf16Weight{&half, 3, 7}).ok());
   EXPECT_FALSE(check_bf16_linear(8, Bf16Weight{&half, 3, 7}).ok());
+  EXPECT_TRUE(check_fp8_as_bf16_linear(64, Fp8Weight{&byte, &byte, 8, 64}).ok());
+  EXPECT_FALSE(check_fp8_as_bf16_linear(96, Fp8Weight{&byte, &byte, 8, 64}).ok());
+  EXPECT_FALSE(check_fp8_as_bf16_linear(40, Fp8Weight{&byte, &byte, 8, 40}).ok());
+  EXPECT_FALSE(check_fp8_as_bf16_linear(64, Fp8Weight{&byte, &byte, 8, 64, true}).ok());  // 8 outputs: no tiles
 }
 
 }  // namespace

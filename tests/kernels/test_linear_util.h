@@ -94,6 +94,21 @@ inline Bf16WeightData random_bf16_weight(std::mt19937& rng, int64_t out, int64_t
   return d;
 }
 
+// An FP8 weight (row-major) as the bf16 copy convert.py makes of wo_a: bf16(e4m3 · ue8m0 block scale), exact.
+inline Bf16WeightData dequantised_bf16(const Fp8WeightData& w) {
+  Bf16WeightData d;
+  d.out = w.out;
+  d.in = w.in;
+  d.data.resize(static_cast<size_t>(w.out * w.in));
+  const int64_t scale_cols = (w.in + 31) / 32;
+  for (int64_t o = 0; o < w.out; ++o)
+    for (int64_t k = 0; k < w.in; ++k) {
+      const float scale = e8m0_to_f32(w.scales[static_cast<size_t>((o / 32) * scale_cols + k / 32)]);
+      d.data[static_cast<size_t>(o * w.in + k)] = f32_to_bf16(e4m3_to_f32(w.codes[static_cast<size_t>(o * w.in + k)]) * scale);
+    }
+  return d;
+}
+
 inline std::vector<float> random_floats(std::mt19937& rng, int64_t n, bool bf16_values) {
   std::vector<float> v(static_cast<size_t>(n));
   std::normal_distribution<float> dist(0.0f, 1.0f);
