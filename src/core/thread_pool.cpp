@@ -12,14 +12,29 @@
 namespace dsflash {
 
 namespace {
-// How long an idle worker polls for the next job before sleeping: decode issues thousands of short
-// parallel_for calls per token, and waking a sleeping thread costs tens of microseconds.
+// How long a thread polls before sleeping: an idle worker for the next job, a caller for the workers to leave
+// the job. Decode issues hundreds to thousands of short parallel_for calls per step, and a futex sleep and wake
+// cost tens of microseconds (more on virtual machines).
 constexpr auto kSpinTime = std::chrono::microseconds(200);
+constexpr int kPausesPerClockRead = 64;  // reading the clock is not free either (a vDSO call, slower under a VM)
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
 #endif
+}
+
+// Polls done() for up to kSpinTime; true when it became true.
+template <class Done>
+bool spin_until(const Done& done) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    for (int i = 0; i < kPausesPerClockRead; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() - start > kSpinTime) return done();
+  }
 }
 }  // namespace
 
@@ -121,7 +136,13 @@ void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node) {
 
   lock.lock();
   open_ = false;
-  work_done_.wait(lock, [this] { return active_ == 0; });
+  if (active_.load() != 0) {
+    // The workers are usually microseconds from done: poll before sleeping (their leaving notifies no one then).
+    lock.unlock();
+    spin_until([this] { return active_.load(std::memory_order_acquire) == 0; });
+    lock.lock();
+    work_done_.wait(lock, [this] { return active_.load() == 0; });
+  }
   job_ = nullptr;
   busy_ = false;
 }
@@ -129,11 +150,9 @@ void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node) {
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const auto spin_start = std::chrono::steady_clock::now();
-    while (generation_.load(std::memory_order_acquire) == seen && !stopping_.load(std::memory_order_relaxed)) {
-      cpu_relax();
-      if (std::chrono::steady_clock::now() - spin_start > kSpinTime) break;
-    }
+    spin_until([&] {
+      return generation_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed);
+    });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       work_ready_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });

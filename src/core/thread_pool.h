@@ -84,7 +84,9 @@ class ThreadPool {
   // caller taking the workers then would have its job cleared under it (and two callers waiting on work_done_).
   bool busy_ = false;
   bool open_ = false;  // guarded by mutex_: workers may still join the current job
-  int active_ = 0;     // guarded by mutex_: workers inside the current job
+  // Workers inside the current job: changed under mutex_; the caller also polls it without the lock before it
+  // sleeps on work_done_.
+  std::atomic<int> active_{0};
 
   friend class ThreadScratch;
   struct ScratchSlot {
