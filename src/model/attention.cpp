@@ -34,6 +34,8 @@ void bf16_linear(const float* x, int64_t rows, const Bf16Weight& w, float* y, co
   if (round_output) round_to_bf16_inplace(y, rows * w.out);
 }
 
+constexpr int64_t kGatherGrain = 16;  // rows per range of a parallel row gather (dequantisation)
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
@@ -755,14 +757,18 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
     ring.write(start_pos, kv_codes, kv_scales);
     window_rows = frame.take<float>(static_cast<size_t>(win * d));
     const int64_t oldest = start_pos % win + 1;
-    for (int64_t i = 0; i < win; ++i) {
-      const int slot = static_cast<int>((oldest + i) % win);
-      const int64_t pos = ring.slot_position(slot);
-      if (pos < 0 || pos > start_pos || pos <= start_pos - win || pos < floor) continue;
-      float* row = &window_rows[static_cast<size_t>(i * d)];
-      ring.read_slot(slot, row);
-      window_list[static_cast<size_t>(i)] = row;
-    }
+    // Row gathers count as attention (ProfilePhase); the rows are independent, so they dequantise on the pool.
+    ProfileScope profile_scope(ctx.profile, ProfilePhase::kAttention);
+    parallel_rows(ctx, win, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int slot = static_cast<int>((oldest + i) % win);
+        const int64_t pos = ring.slot_position(slot);
+        if (pos < 0 || pos > start_pos || pos <= start_pos - win || pos < floor) continue;
+        float* row = &window_rows[static_cast<size_t>(i * d)];
+        ring.read_slot(slot, row);
+        window_list[static_cast<size_t>(i)] = row;
+      }
+    }, kGatherGrain);
   } else {
     const int64_t first = std::max<int64_t>(0, start_pos - win + 1);
     window_rows = frame.take<float>(static_cast<size_t>((end_pos - first) * d));
@@ -846,7 +852,12 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
         std::unique(loaded_all.begin(), loaded_all.begin() + static_cast<std::ptrdiff_t>(num_loaded)) -
         loaded_all.begin()));
     const std::span<float> compressed_rows = frame.take<float>(loaded.size() * static_cast<size_t>(d));
-    for (size_t r = 0; r < loaded.size(); ++r) compressed->read_kv(loaded[r], &compressed_rows[r * static_cast<size_t>(d)]);
+    {
+      ProfileScope profile_scope(ctx.profile, ProfilePhase::kAttention);
+      parallel_rows(ctx, static_cast<int64_t>(loaded.size()), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) compressed->read_kv(loaded[static_cast<size_t>(r)], &compressed_rows[static_cast<size_t>(r * d)]);
+      }, kGatherGrain);
+    }
     // [tile, entries] row pointers: window entries, then the compressed ones (nullptr = -1).
     const std::span<const float*> list = frame.take_filled<const float*>(static_cast<size_t>(tile_n * entries), nullptr);
     for (int64_t t = 0; t < tile_n; ++t) {

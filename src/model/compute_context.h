@@ -5,12 +5,11 @@
 #include <chrono>
 #include <cstdint>
 
+#include "core/thread_pool.h"
 #include "core/workspace.h"
 #include "kernels/backend.h"
 
 namespace dsflash {
-
-class ThreadPool;
 
 // Optional wall-clock split of a forward call (`dsflash bench`), by phase, and the routed expert bytes it read.
 // Phases are exclusive: a phase opened inside another (the indexer's projections inside the indexer) charges its
@@ -100,5 +99,16 @@ struct ComputeContext {
     return ctx;
   }
 };
+
+// body(begin, end) over ranges of [0, n) (whole multiples of grain but the last) on ctx's pool, or on this thread
+// without one (or when there is a single grain): for independent rows.
+template <class Body>
+void parallel_rows(const ComputeContext& ctx, int64_t n, const Body& body, int64_t grain = 1) {
+  if (ctx.pool != nullptr && n > grain) {
+    ctx.pool->parallel_for(n, [&](int64_t begin, int64_t end, int) { body(begin, end); }, grain);
+  } else {
+    body(0, n);
+  }
+}
 
 }  // namespace dsflash

@@ -13,15 +13,6 @@ namespace {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-// body(begin, end) over row ranges of [0, n): on the pool when there is one and more than one row.
-template <class Body>
-void over_rows(int64_t n, const ComputeContext& ctx, const Body& body) {
-  if (ctx.pool != nullptr && n > 1) {
-    ctx.pool->parallel_for(n, [&](int64_t begin, int64_t end, int) { body(begin, end); });
-  } else {
-    body(0, n);
-  }
-}
 
 Result<ExpertWeights> bind_expert(const Checkpoint& checkpoint, const std::string& prefix, int64_t dim,
                                   int64_t inter, bool fp4) {
@@ -187,7 +178,7 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
   }
   // [n, inter]: GEMM outputs are bf16 in the reference, then fp32 SwiGLU with the clamps, weight, bf16.
   // Element-wise, so rows split over the pool give the same bits.
-  over_rows(n, ctx, [&](int64_t begin, int64_t end) {
+  parallel_rows(ctx, n, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float w = weighted ? row_weights[static_cast<size_t>(i)] : 1.0f;
       for (int64_t j = 0; j < inter_dim_; ++j) {
@@ -214,7 +205,7 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
     ctx.backend->fp8_gemm(h, expert.w2_fp8, out.data(), ctx.pool);
   }
   // Each token appears once among an expert's rows, so the rows' sums into y are independent.
-  over_rows(n, ctx, [&](int64_t begin, int64_t end) {
+  parallel_rows(ctx, n, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       float* dst = y + rows[static_cast<size_t>(i)] * dim_;
       const float* src = out.data() + i * dim_;
