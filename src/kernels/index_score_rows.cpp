@@ -51,15 +51,26 @@ void scores_of_dequantised_rows(const IndexScoreRowsArgs& a) {
 // the unsigned operand of vpdpbusd, in [0, 24].
 alignas(16) constexpr uint8_t kTwiceE2m1Plus12[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
+constexpr int kMaxIndexBlocks = 4;  // blocks of 32 in a key (dim <= 128)
+
 // One (query, head) of q as integers: q_d = iq_d * 2^exponent[b] per block b of 32.
 struct QueryHeadInts {
-  int8_t* iq;          // [dim]
-  int32_t* exponent;   // [dim/32]
-  int32_t* sum;        // [dim/32] Σ iq (for the +12 offset of the keys)
-  int32_t* bound;      // [dim/32] 12 * Σ|iq| (the partial-sum bound); 0 = the block is all zeros
+  const int8_t* iq = nullptr;           // [dim]
+  int32_t exponent[kMaxIndexBlocks] = {};
+  int32_t offset[kMaxIndexBlocks] = {};  // 12 * Σ iq of the block: what the keys' +12 adds to the dot
+  int32_t bound[kMaxIndexBlocks] = {};   // 12 * Σ|iq| (the partial-sum bound); 0 = the block is all zeros
+  bool any_block = false;               // some block is not all zeros
   // (Σ_b bound[b]) << 11 < 2^24: with every block shift <= 11 (checked anyway) the partial sums stay below 2^24,
   // so the per-lane sum of shifted bounds need not be formed.
-  bool small_total;
+  bool small_total = false;
+};
+
+// One query's exponents over its heads' nonzero blocks, for the group-level check of exact_dots16: the smallest
+// and largest exponent, the largest spread (max - min) within one head, and whether every head has small_total.
+struct QueryExponents {
+  bool any = false;  // some head has a nonzero block (else every dot is 0 and no check applies)
+  int32_t min = 0, max = 0, spread = 0;
+  bool small_total = true;
 };
 
 #define DSFLASH_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -171,52 +182,54 @@ DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim,
   return finite;
 }
 
-// kH heads of one query against 16 keys: dots [kH][16]. key_exp [blocks]: the keys' scale exponents u - 128 per
-// block (lanes = keys). false (dots unspecified) when some valid lane's exactness check fails. The head count is a
-// template parameter so the accumulators stay in registers; a block of q that is all zero (bound 0) adds exactly 0
+// kH heads of one query against 16 keys: dots [kH][16]. key_exp [kBlocks]: the keys' scale exponents u - 128 per
+// block (lanes = keys). kChecked: test every (head, valid lane) for exactness and return false (dots unspecified)
+// when one fails; false when the caller has shown that none can (exact_dots16). The head and block counts are
+// template parameters so the accumulators stay in registers; a block of q that is all zero (bound 0) adds exactly 0
 // (iq = 0, Σ iq = 0), so only its exponent is left out of the minimum.
-template <int kH>
-DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_exp, const QueryHeadInts* q, int blocks,
+template <int kH, int kBlocks, bool kChecked>
+DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_exp, const QueryHeadInts* q,
                                           __mmask16 valid, float* dots) {
-  __m512i shift[kH][4];  // blocks <= 4 (dim 128)
+  // Per head the smallest exponent E_min over its nonzero blocks (a head without one keeps 2^30: its dots are 0).
+  // A block's shift E_b - E_min is formed where it is used; for an all-zero block it may be anything (negative:
+  // vpsllvd gives 0), as that block's partial is 0.
   __m512i e_min[kH];
-  bool any_block[kH];
 #pragma GCC unroll 8
   for (int h = 0; h < kH; ++h) {
     const QueryHeadInts& qi = q[h];
-    __m512i e[4];
+    __m512i e[kBlocks];
     __m512i lo = _mm512_set1_epi32(1 << 30);
-    any_block[h] = false;
-    for (int b = 0; b < blocks; ++b) {
+    for (int b = 0; b < kBlocks; ++b) {
       e[b] = _mm512_add_epi32(key_exp[b], _mm512_set1_epi32(qi.exponent[b]));
-      if (qi.bound[b] == 0) continue;
-      any_block[h] = true;
-      lo = _mm512_min_epi32(lo, e[b]);
+      if (qi.bound[b] != 0) lo = _mm512_min_epi32(lo, e[b]);
     }
     e_min[h] = lo;
-    __mmask16 ok = valid;
-    for (int b = 0; b < blocks; ++b) {
-      // s > 11 fails the check (the call then returns false), so the shifts used below are all <= 11 on valid
-      // lanes; lanes past `lanes` may hold any shift, their results are never stored.
-      shift[h][b] = qi.bound[b] == 0 ? _mm512_setzero_si512() : _mm512_sub_epi32(e[b], lo);
-      ok &= _mm512_cmple_epi32_mask(shift[h][b], _mm512_set1_epi32(11));
-    }
-    if (!any_block[h]) continue;
-    if (!qi.small_total) {
-      __m512i total = _mm512_setzero_si512();
-      for (int b = 0; b < blocks; ++b) {
-        total = _mm512_add_epi32(total, _mm512_sllv_epi32(_mm512_set1_epi32(qi.bound[b]), shift[h][b]));
+    if constexpr (kChecked) {
+      if (!qi.any_block) continue;
+      // s > 11 fails the check, so the shifts used below are all <= 11 on valid lanes; lanes past the valid ones
+      // may hold any shift, their results are never stored.
+      __m512i shift[kBlocks];
+      __mmask16 ok = valid;
+      for (int b = 0; b < kBlocks; ++b) {
+        shift[b] = qi.bound[b] == 0 ? _mm512_setzero_si512() : _mm512_sub_epi32(e[b], lo);
+        ok &= _mm512_cmple_epi32_mask(shift[b], _mm512_set1_epi32(11));
       }
-      ok &= _mm512_cmplt_epi32_mask(total, _mm512_set1_epi32(1 << 24));
+      if (!qi.small_total) {
+        __m512i total = _mm512_setzero_si512();
+        for (int b = 0; b < kBlocks; ++b) {
+          total = _mm512_add_epi32(total, _mm512_sllv_epi32(_mm512_set1_epi32(qi.bound[b]), shift[b]));
+        }
+        ok &= _mm512_cmplt_epi32_mask(total, _mm512_set1_epi32(1 << 24));
+      }
+      ok &= _mm512_cmpge_epi32_mask(lo, _mm512_set1_epi32(-126));
+      ok &= _mm512_cmple_epi32_mask(lo, _mm512_set1_epi32(103));
+      if (ok != valid) return false;
     }
-    ok &= _mm512_cmpge_epi32_mask(lo, _mm512_set1_epi32(-126));
-    ok &= _mm512_cmple_epi32_mask(lo, _mm512_set1_epi32(103));
-    if (ok != valid) return false;
   }
   __m512i n[kH];
 #pragma GCC unroll 8
   for (int h = 0; h < kH; ++h) n[h] = _mm512_setzero_si512();
-  for (int b = 0; b < blocks; ++b) {
+  for (int b = 0; b < kBlocks; ++b) {
     __m512i acc[kH];
 #pragma GCC unroll 8
     for (int h = 0; h < kH; ++h) acc[h] = _mm512_setzero_si512();
@@ -232,14 +245,15 @@ DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_
     }
 #pragma GCC unroll 8
     for (int h = 0; h < kH; ++h) {
-      const __m512i p = _mm512_sub_epi32(acc[h], _mm512_set1_epi32(12 * q[h].sum[b]));
-      n[h] = _mm512_add_epi32(n[h], _mm512_sllv_epi32(p, shift[h][b]));
+      const __m512i p = _mm512_sub_epi32(acc[h], _mm512_set1_epi32(q[h].offset[b]));
+      const __m512i shift = _mm512_sub_epi32(_mm512_add_epi32(key_exp[b], _mm512_set1_epi32(q[h].exponent[b])), e_min[h]);
+      n[h] = _mm512_add_epi32(n[h], _mm512_sllv_epi32(p, shift));
     }
   }
 #pragma GCC unroll 8
   for (int h = 0; h < kH; ++h) {
     float* out = dots + h * kIndexKeyLanes;
-    if (!any_block[h]) {
+    if (!q[h].any_block) {
       _mm512_storeu_ps(out, _mm512_setzero_ps());
       continue;
     }
@@ -249,32 +263,61 @@ DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_
   return true;
 }
 
-// dots [heads][16] of one query against 16 keys packed as (ik + 12) bytes kq [dim/4][16][4] with ue8m0 scale
-// codes ub [dim/32][16] (int32); false (dots unspecified) when some valid lane's exactness check fails.
-DSFLASH_VNNI bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints, int heads,
-                               int64_t dim, int lanes, float* dots) {
-  const int blocks = static_cast<int>(dim / 32);
-  const __mmask16 valid = static_cast<__mmask16>((1u << lanes) - 1u);
-  __m512i key_exp[4];
-  for (int b = 0; b < blocks; ++b) key_exp[b] = _mm512_sub_epi32(_mm512_loadu_si512(ub + b * 16), _mm512_set1_epi32(128));
+template <int kBlocks, bool kChecked>
+DSFLASH_VNNI bool exact_dots_all_heads(const uint8_t* kq, const __m512i* key_exp, const QueryHeadInts* heads_ints,
+                                       int heads, __mmask16 valid, float* dots) {
   int h = 0;
   for (; h + 8 <= heads; h += 8) {
-    if (!exact_dots_heads<8>(kq, key_exp, heads_ints + h, blocks, valid, dots + h * kIndexKeyLanes)) return false;
+    if (!exact_dots_heads<8, kBlocks, kChecked>(kq, key_exp, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
   }
   if (h + 4 <= heads) {
-    if (!exact_dots_heads<4>(kq, key_exp, heads_ints + h, blocks, valid, dots + h * kIndexKeyLanes)) return false;
+    if (!exact_dots_heads<4, kBlocks, kChecked>(kq, key_exp, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
     h += 4;
   }
   for (; h < heads; ++h) {
-    if (!exact_dots_heads<1>(kq, key_exp, heads_ints + h, blocks, valid, dots + h * kIndexKeyLanes)) return false;
+    if (!exact_dots_heads<1, kBlocks, kChecked>(kq, key_exp, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
   }
   return true;
 }
 
+// dots [heads][16] of one query against 16 keys packed as (ik + 12) bytes kq [dim/4][16][4] with ue8m0 scale
+// codes ub [dim/32][16] (int32); false (dots unspecified) when some valid lane's exactness check fails.
+// The per-(head, lane) checks are skipped when the group passes them all at once: for a nonzero block b of head
+// h, its shift (k_b + q_hb) - min over nonzero b' of (k_b' + q_hb') is at most the key's exponent spread plus the
+// head's, and that minimum lies in [min k + min q, max k + max q]; with small_total no sum of shifted bounds is
+// needed. So spread_k + spread_q <= 11, min k + min q >= -126 and max k + max q <= 103 (over the valid lanes and
+// every head) imply every check.
+template <int kBlocks>
+DSFLASH_VNNI bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints,
+                               const QueryExponents& qx, int heads, int lanes, float* dots) {
+  const __mmask16 valid = static_cast<__mmask16>((1u << lanes) - 1u);
+  __m512i key_exp[kBlocks];
+  for (int b = 0; b < kBlocks; ++b) key_exp[b] = _mm512_sub_epi32(_mm512_loadu_si512(ub + b * 16), _mm512_set1_epi32(128));
+  bool all_pass = !qx.any;
+  if (qx.any && qx.small_total) {
+    __m512i k_min = key_exp[0], k_max = key_exp[0];
+    for (int b = 1; b < kBlocks; ++b) {
+      k_min = _mm512_min_epi32(k_min, key_exp[b]);
+      k_max = _mm512_max_epi32(k_max, key_exp[b]);
+    }
+    const int32_t spread = _mm512_mask_reduce_max_epi32(valid, _mm512_sub_epi32(k_max, k_min));
+    all_pass = spread + qx.spread <= 11 && _mm512_mask_reduce_min_epi32(valid, k_min) + qx.min >= -126 &&
+               _mm512_mask_reduce_max_epi32(valid, k_max) + qx.max <= 103;
+  }
+  if (all_pass) return exact_dots_all_heads<kBlocks, false>(kq, key_exp, heads_ints, heads, valid, dots);
+  return exact_dots_all_heads<kBlocks, true>(kq, key_exp, heads_ints, heads, valid, dots);
+}
+
+// exact_dots16 for each key block count (dim / 32 = 1..4), so the block loops unroll.
+using ExactDots16 = bool (*)(const uint8_t*, const int32_t*, const QueryHeadInts*, const QueryExponents&, int, int,
+                             float*);
+constexpr ExactDots16 kExactDots16[kMaxIndexBlocks + 1] = {nullptr, exact_dots16<1>, exact_dots16<2>, exact_dots16<3>,
+                                                           exact_dots16<4>};
+
 // The VNNI table entry (IndexScoreRowsKernel).
 void index_scores_rows_exact(const IndexScoreRowsArgs& a) {
   const int64_t blocks = a.dim / 32;
-  if (a.dim % 32 != 0 || blocks > 4 || a.num_keys <= 0 || a.num_queries <= 0) {
+  if (a.dim % 32 != 0 || blocks > kMaxIndexBlocks || a.num_keys <= 0 || a.num_queries <= 0) {
     scores_of_dequantised_rows<index_scores_packed16>(a);
     return;
   }
@@ -283,27 +326,45 @@ void index_scores_rows_exact(const IndexScoreRowsArgs& a) {
   Arena& arena = a.scratch != nullptr ? *a.scratch : own;
   ArenaScope scope(arena);
   const size_t query_heads = static_cast<size_t>(a.num_queries * a.heads);
-  // q as integers: iq [queries, heads, dim], exponent / sum / bound [queries, heads, blocks].
+  // q as integers: iq [queries, heads, dim], the rest per (query, head) and per query.
   const std::span<int8_t> iq = arena.take<int8_t>(query_heads * static_cast<size_t>(a.dim));
-  const std::span<int32_t> q_meta = arena.take<int32_t>(query_heads * static_cast<size_t>(3 * blocks));
   const std::span<QueryHeadInts> q_ints = arena.take<QueryHeadInts>(query_heads);
-  for (size_t qh = 0; qh < query_heads; ++qh) {
-    QueryHeadInts& qi = q_ints[qh];
-    qi.iq = &iq[qh * static_cast<size_t>(a.dim)];
-    qi.exponent = &q_meta[qh * static_cast<size_t>(3 * blocks)];
-    qi.sum = qi.exponent + blocks;
-    qi.bound = qi.sum + blocks;
-    const float* q = a.q + static_cast<int64_t>(qh) * a.dim;
-    int64_t bounds = 0;
-    for (int64_t b = 0; b < blocks; ++b) {
-      if (!split_block(q + b * 32, qi.iq + b * 32, qi.exponent + b, qi.sum + b, qi.bound + b)) {
-        scores_of_dequantised_rows<index_scores_packed16>(a);  // q is not MXFP4-shaped
-        return;
+  const std::span<QueryExponents> q_exponents = arena.take<QueryExponents>(static_cast<size_t>(a.num_queries));
+  for (int64_t t = 0; t < a.num_queries; ++t) {
+    QueryExponents& qx = q_exponents[static_cast<size_t>(t)];
+    qx = QueryExponents{};
+    for (int64_t h = 0; h < a.heads; ++h) {
+      const size_t qh = static_cast<size_t>(t * a.heads + h);
+      QueryHeadInts& qi = q_ints[qh];
+      qi = QueryHeadInts{};
+      int8_t* ints = &iq[qh * static_cast<size_t>(a.dim)];
+      qi.iq = ints;
+      const float* q = a.q + static_cast<int64_t>(qh) * a.dim;
+      int64_t bounds = 0;
+      int32_t head_min = 0, head_max = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        int32_t sum = 0;
+        if (!split_block(q + b * 32, ints + b * 32, &qi.exponent[b], &sum, &qi.bound[b])) {
+          scores_of_dequantised_rows<index_scores_packed16>(a);  // q is not MXFP4-shaped
+          return;
+        }
+        qi.offset[b] = 12 * sum;
+        bounds += qi.bound[b];
+        if (qi.bound[b] == 0) continue;
+        head_min = qi.any_block ? std::min(head_min, qi.exponent[b]) : qi.exponent[b];
+        head_max = qi.any_block ? std::max(head_max, qi.exponent[b]) : qi.exponent[b];
+        qi.any_block = true;
       }
-      bounds += qi.bound[b];
+      qi.small_total = (bounds << 11) < (int64_t{1} << 24);
+      if (!qi.any_block) continue;
+      qx.min = qx.any ? std::min(qx.min, head_min) : head_min;
+      qx.max = qx.any ? std::max(qx.max, head_max) : head_max;
+      qx.spread = std::max(qx.spread, head_max - head_min);
+      qx.small_total = qx.small_total && qi.small_total;
+      qx.any = true;
     }
-    qi.small_total = (bounds << 11) < (int64_t{1} << 24);
   }
+  const ExactDots16 exact_dots = kExactDots16[blocks];
   const std::span<uint8_t> kq = arena.take<uint8_t>(static_cast<size_t>(a.dim * kIndexKeyLanes));  // [dim/4][16][4]
   const std::span<int32_t> ub = arena.take<int32_t>(static_cast<size_t>(blocks * kIndexKeyLanes));  // [blocks][16]
   const std::span<float> dots = arena.take<float>(static_cast<size_t>(a.heads * kIndexKeyLanes));    // [heads][16]
@@ -314,8 +375,8 @@ void index_scores_rows_exact(const IndexScoreRowsArgs& a) {
     const bool scales_finite = pack_group(a.key_rows + g0, lanes, a.dim, kq.data(), ub.data());
     bool packed_ready = false;
     for (int64_t t = 0; t < a.num_queries; ++t) {
-      if (!scales_finite || !exact_dots16(kq.data(), ub.data(), &q_ints[static_cast<size_t>(t * a.heads)], a.heads,
-                                          a.dim, lanes, dots.data())) {
+      if (!scales_finite || !exact_dots(kq.data(), ub.data(), &q_ints[static_cast<size_t>(t * a.heads)],
+                                        q_exponents[static_cast<size_t>(t)], a.heads, lanes, dots.data())) {
         if (!packed_ready) {
           dequantise_rows(a, g0, lanes, keys.data());
           pack_index_keys(keys.data(), lanes, a.dim, packed.data());
