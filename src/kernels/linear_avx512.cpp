@@ -107,6 +107,9 @@ struct GemmArgs {
   bool tile_major = false;  // weight order (kernels/linear.h)
   const uint16_t* act = nullptr;      // prepared [rows, npairs, 64] bf16
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
+  // Every act_scales code is 127 (1.0): the activations carry their scales (prepare_activation_bf16) or have none.
+  // rows_chunk then skips the exact multiply by 1.0 (an optimisation only; the bits are the same).
+  bool unit_act_scales = false;
   float* y = nullptr;                 // [rows, out]
 };
 
@@ -422,24 +425,41 @@ DSFLASH_AVX512 inline void convert_block_fp4(const uint8_t* base, const int64_t*
   }
 }
 
-// Activation codes [rows, k] e4m3 -> bf16 bits [rows, k] in k order, rows [r0, r1).
-DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* out, int64_t r0, int64_t r1) {
+// Activation codes [rows, k] e4m3 -> bf16 bits [rows, k] in k order, rows [r0, r1). with_scales: each value times
+// its block's scale, 2^(code - 127), by adding to the bf16 exponent of the nonzero finite values (exact under
+// act_scales_carried_exactly).
+DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* out, int64_t r0, int64_t r1,
+                                            bool with_scales) {
   const Avx512Tables& at = avx512_tables();
   const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
   const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
   const __m512i first = _mm512_load_si512(at.interleave[0]), second = _mm512_load_si512(at.interleave[1]);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* codes = x.codes + r * x.k;
+    const uint8_t* scales = x.scales + r * (x.k / 32);
     uint16_t* dst = out + r * x.k;
+    // One block's 32 bf16 words, scaled when asked: exponent + (scale code - 127) where the value is neither zero
+    // nor NaN (e4m3 has no infinity).
+    auto store_block = [&](uint16_t* to, __m512i words, int64_t block) DSFLASH_AVX512 {
+      if (with_scales) {
+        const __m512i magnitude = _mm512_and_si512(words, _mm512_set1_epi16(0x7fff));
+        const __mmask32 scaled = _mm512_test_epi16_mask(magnitude, magnitude) &
+                                 _mm512_cmpneq_epi16_mask(_mm512_and_si512(words, _mm512_set1_epi16(0x7f80)),
+                                                          _mm512_set1_epi16(0x7f80));
+        const int exponent_step = (static_cast<int>(scales[block]) - 127) * 128;
+        words = _mm512_mask_add_epi16(words, scaled, words, _mm512_set1_epi16(static_cast<short>(exponent_step)));
+      }
+      _mm512_storeu_si512(to, words);
+    };
     for (int64_t i = 0; i < x.k; i += 32) {  // k % 32 == 0; a lone last 32 codes loads half a register
       const bool full = i + 64 <= x.k;
       const __m512i c = full ? _mm512_loadu_si512(codes + i) : _mm512_maskz_loadu_epi8(0xffffffffull, codes + i);
       const __m512i lo = _mm512_permutex2var_epi8(lo0, c, lo1);
       __m512i hi = _mm512_permutex2var_epi8(hi0, c, hi1);
       hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (c & 0x80)
-      _mm512_storeu_si512(dst + i, _mm512_permutex2var_epi8(lo, first, hi));
+      store_block(dst + i, _mm512_permutex2var_epi8(lo, first, hi), i / 32);
       if (!full) break;
-      _mm512_storeu_si512(dst + i + 32, _mm512_permutex2var_epi8(lo, second, hi));
+      store_block(dst + i + 32, _mm512_permutex2var_epi8(lo, second, hi), i / 32 + 1);
       i += 32;
     }
   }
@@ -454,7 +474,7 @@ using TileScratch = __m512i[kBlocksPerChunk * 16];
 // per vdpbf16ps near 1/2 (the loads, not the multiplies, would bound it otherwise). The 16 j of a block run
 // in one accumulator per (row, tile) in j order, so a result does not depend on RT, NT or threads. Then y = y + (partial * sa) * sw per block in K order; y waits in an L1 buffer, so that the
 // accumulators alone fill the registers.
-template <int RT, int NT>
+template <int RT, int NT, bool kUnitActScales>
 DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (*const* sw)[kTile],
                                const uint16_t* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
                                bool first, const __mmask16* masks) {
@@ -485,11 +505,11 @@ DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (
       }
     }
     for (int r = 0; r < RT; ++r) {
-      const __m512 s = _mm512_set1_ps(e8m0[sa[r * kb + b]]);
       for (int t = 0; t < NT; ++t) {
-        const __m512 partial = acc[r][t];
-        _mm512_store_ps(ybuf[r][t], _mm512_add_ps(_mm512_load_ps(ybuf[r][t]),
-                                                  _mm512_mul_ps(_mm512_mul_ps(partial, s), _mm512_load_ps(sw[t][b]))));
+        __m512 partial = acc[r][t];
+        if constexpr (!kUnitActScales) partial = _mm512_mul_ps(partial, _mm512_set1_ps(e8m0[sa[r * kb + b]]));
+        _mm512_store_ps(ybuf[r][t],
+                        _mm512_add_ps(_mm512_load_ps(ybuf[r][t]), _mm512_mul_ps(partial, _mm512_load_ps(sw[t][b]))));
       }
     }
   }
@@ -601,8 +621,13 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
         const uint16_t* act = g.act + r * g.in + 32 * b0;
         const uint8_t* sa = g.act_scales + r * g.kb + b0;
         float* y = g.y + r * g.out + o0;
-        if (nt == 2) rows_chunk<RT, 2>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
-        else rows_chunk<RT, 1>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
+        if (g.unit_act_scales) {
+          if (nt == 2) rows_chunk<RT, 2, true>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
+          else rows_chunk<RT, 1, true>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
+        } else {
+          if (nt == 2) rows_chunk<RT, 2, false>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
+          else rows_chunk<RT, 1, false>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
+        }
       };
       for (; r + kRowTile <= g.rows; r += kRowTile) run.template operator()<kRowTile>();
       switch (g.rows - r) {
@@ -837,19 +862,34 @@ DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int6
 }
 
 // A block GEMM's activations: e4m3 codes with their ue8m0 block scales (model.py's act_quant), or fp32 rows that
-// hold bf16 values, with unit scales (LinearKernels::fp8_as_bf16_gemm).
+// hold bf16 values, whose scales are 1.0 (LinearKernels::fp8_as_bf16_gemm).
 struct GemmActivations {
   const Fp8Activations* codes = nullptr;  // or
   const float* bf16_values = nullptr;     // [rows, k]
-  const uint8_t* scales = nullptr;        // [rows, k/32] ue8m0
+  const uint8_t* scales = nullptr;        // [rows, k/32] ue8m0 of the codes
   int64_t rows = 0, k = 0;
 };
 
-// Rows [r0, r1) as bf16 bits in k order, out [rows, k].
-void prepare_natural(const GemmActivations& x, uint16_t* out, int64_t r0, int64_t r1) {
-  if (x.codes != nullptr) prepare_activation_bf16(*x.codes, out, r0, r1);
-  else narrow_bf16_rows_avx512(x.bf16_values, x.k, x.k, out, r0, r1);
+// Activation scales a kernel may fold into the bf16 activations without changing a bit: a' = a * sa is then exact in
+// bf16 (|a| in [2^-9, 448] or 0, e4m3's range), every product a' * w = (a * w) * sa with |a * w| >= 2^-18 stays a
+// normal fp32 (vdpbf16ps flushes subnormal results), and so do the block's partial sums (multiples of the smallest
+// product, at most 32 * 448^2 < 2^23 of them): all of it is the unscaled computation shifted by an exact power of
+// two, so the partial equals the reference's partial * sa. That needs 2^-108 <= sa <= 2^100: codes 19..227.
+bool act_scales_carried_exactly(const uint8_t* scales, int64_t n) {
+  const auto [lowest, highest] = std::minmax_element(scales, scales + n);
+  return n == 0 || (*lowest >= 127 - 108 && *highest <= 127 + 100);
 }
+
+// How run_block_gemm prepares activations in k order: scales folded in (then act_scales are all 1.0) or kept apart.
+struct NaturalActivations {
+  const GemmActivations* x;
+  bool with_scales;
+  // Rows [r0, r1) as bf16 bits in k order, out [rows, k].
+  void prepare(uint16_t* out, int64_t r0, int64_t r1) const {
+    if (x->codes != nullptr) prepare_activation_bf16(*x->codes, out, r0, r1, with_scales);
+    else narrow_bf16_rows_avx512(x->bf16_values, x->k, x->k, out, r0, r1);
+  }
+};
 
 template <bool kFp4>
 void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
@@ -872,11 +912,23 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     if (pool) pool->parallel_for_nodes(tiles, body);  // as the load-time copy split them: node-local reads
     else body(0, tiles, 0);
   };
+  // The paths on k-order activations: the activation scales folded into them where that is exact (bf16 values
+  // have none), leaving act_scales of 1.0 (unit_act_scales) and one multiply fewer per block and row.
+  ThreadScratch scratch(pool, 0);
+  auto natural_activations = [&]() {
+    const bool fold = x.codes == nullptr || act_scales_carried_exactly(x.scales, x.rows * g.kb);
+    if (fold) {
+      const std::span<uint8_t> unit = scratch.take<uint8_t>(static_cast<size_t>(x.rows * g.kb));
+      std::fill(unit.begin(), unit.end(), kE8m0One);
+      g.act_scales = unit.data();
+      g.unit_act_scales = true;
+    }
+    return NaturalActivations{&x, fold && x.codes != nullptr};
+  };
   if (tile_major && x.rows <= kTiledDecodeMaxRows) {
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row.
-    ThreadScratch scratch(pool, 0);
     const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
-    prepare_natural(x, act.data(), 0, x.rows);
+    natural_activations().prepare(act.data(), 0, x.rows);
     g.act = act.data();
     switch (x.rows) {
       case 1: run_tiles(tiled_decode_tiles<kFp4, 1>); break;
@@ -890,10 +942,9 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     // MXFP4 with few rows (decode, or the few tokens an expert gets in batched decode): one conversion
     // in registers serves every row.
     const int64_t groups = (in + 127) / 128;
-    ThreadScratch scratch(pool, 0);
     const std::span<uint16_t> natural = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
     const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * groups * 128));
-    prepare_natural(x, natural.data(), 0, x.rows);
+    natural_activations().prepare(natural.data(), 0, x.rows);
     for (int64_t r = 0; r < x.rows; ++r)
       fp4_decode_activation_order(natural.data() + r * in, in, act.data() + r * groups * 128);
     g.act = act.data();
@@ -907,7 +958,6 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   }
   if (!kFp4 && x.rows == 1 && x.codes != nullptr) {
     // FP8 decode: block-pair lane order, converted and multiplied in registers.
-    ThreadScratch scratch(pool, 0);
     const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(g.npairs * 64));  // block-pair order
     prepare_activation_pairs(*x.codes, g.npairs, act.data());
     g.act = act.data();
@@ -915,12 +965,12 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     return;
   }
   // Several rows: plain bf16 activations, converted weight tiles shared by all rows.
-  ThreadScratch scratch(pool, 0);
   const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
+  const NaturalActivations natural = natural_activations();
   if (pool)
-    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { prepare_natural(x, act.data(), r0, r1); });
+    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { natural.prepare(act.data(), r0, r1); });
   else
-    prepare_natural(x, act.data(), 0, x.rows);
+    natural.prepare(act.data(), 0, x.rows);
   g.act = act.data();
   if (pool && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
@@ -966,10 +1016,7 @@ void fp8_as_bf16_gemm_avx512(const float* x, int64_t rows, const Fp8Weight& w, f
     avx2_kernels()->fp8_as_bf16_gemm(x, rows, w, y, pool);  // every AVX-512 CPU has AVX2, FMA and F16C
     return;
   }
-  ThreadScratch scratch(pool, 0);
-  const std::span<uint8_t> unit_scales = scratch.take<uint8_t>(static_cast<size_t>(rows * (w.in / 32)));
-  std::fill(unit_scales.begin(), unit_scales.end(), kE8m0One);
-  run_block_gemm<false>(GemmActivations{nullptr, x, unit_scales.data(), rows, w.in}, w.codes, w.scales, w.out, w.in,
+  run_block_gemm<false>(GemmActivations{nullptr, x, nullptr, rows, w.in}, w.codes, w.scales, w.out, w.in,
                         w.tile_major, y, pool);
 }
 

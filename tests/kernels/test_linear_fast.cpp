@@ -290,6 +290,52 @@ TEST(LinearFast, TileMajorWeightsMatchTheReferenceAndRowsRunAlone) {
   }
 }
 
+// Kernels may fold the activation scales into the bf16 activations when that is exact (AVX-512: codes 19..227). A
+// batch with one row past that range runs unfolded; every other row alone runs folded: the same bits, on the decode
+// (<= 4 rows) and multi-row paths.
+TEST(LinearFast, FoldedActivationScalesGiveTheUnfoldedBits) {
+  for (const LinearKernels* k : fast_kernels()) {
+    std::mt19937 rng(57);
+    for (const int rows : {3, 12}) {
+      const int64_t out = 48, in = 1280;
+      auto x = test::random_fp8_acts(rng, rows, in);
+      x.scales[0] = 228;  // row 0, block 0: 2^101
+      auto w8 = test::random_fp8_weight(rng, out, in);
+      auto w4 = test::random_fp4_weight(rng, out, in);
+      for (const bool tiled : {false, true}) {
+        auto b8 = w8;
+        auto b4 = w4;
+        if (tiled) {
+          repack_fp8_tile_major(w8.codes.data(), out, in, b8.codes.data());
+          repack_fp4_tile_major(w4.packed.data(), out, in, b4.packed.data());
+          repack_fp4_scales_tile_major(w4.scales.data(), out, in, b4.scales.data());
+        }
+        Fp8Weight v8 = b8.view();
+        Fp4Weight v4 = b4.view();
+        v8.tile_major = v4.tile_major = tiled;
+        std::vector<float> batch8(static_cast<size_t>(rows * out)), batch4(batch8.size());
+        k->fp8_gemm(x.view(), v8, batch8.data(), nullptr);
+        k->fp4_gemm(x.view(), v4, batch4.data(), nullptr);
+        const std::string where = std::string(k->name) + " rows " + std::to_string(rows) + (tiled ? " tile-major" : "");
+        // Rows 1.. batched without row 0 (in range: folded) give the unfolded batch's bits.
+        const Fp8Activations rest{x.codes.data() + in, x.scales.data() + in / 32, rows - 1, in};
+        std::vector<float> folded(static_cast<size_t>((rows - 1) * out));
+        k->fp8_gemm(rest, v8, folded.data(), nullptr);
+        ASSERT_TRUE(std::equal(folded.begin(), folded.end(), batch8.begin() + out)) << where << " fp8";
+        k->fp4_gemm(rest, v4, folded.data(), nullptr);
+        ASSERT_TRUE(std::equal(folded.begin(), folded.end(), batch4.begin() + out)) << where << " fp4";
+        if (!tiled) continue;  // row-major decode paths sum a block in another order than the multi-row path
+        const Fp8Activations row1{x.codes.data() + in, x.scales.data() + in / 32, 1, in};
+        std::vector<float> alone(static_cast<size_t>(out));
+        k->fp8_gemm(row1, v8, alone.data(), nullptr);
+        ASSERT_TRUE(std::equal(alone.begin(), alone.end(), batch8.begin() + out)) << where << " fp8 row 1 alone";
+        k->fp4_gemm(row1, v4, alone.data(), nullptr);
+        ASSERT_TRUE(std::equal(alone.begin(), alone.end(), batch4.begin() + out)) << where << " fp4 row 1 alone";
+      }
+    }
+  }
+}
+
 // Small dyadic values: every block sum is exact, so any layout, scale or order slip shows as a mismatch.
 TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
   const uint8_t e4m3_small[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
