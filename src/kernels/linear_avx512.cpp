@@ -4,7 +4,9 @@
 // FP8 / FP4 (spec/MODEL.md §4.9): e4m3 and e2m1 values are exact in bf16 and their products are exact in
 // fp32, so `vdpbf16ps` forms each 32-K block's partial exactly whenever the fp32 sum is exact (almost
 // always; otherwise only the in-block summation order differs from the reference). The per-block scaling
-// and the K-order accumulation are the reference's: y = y + (partial * sa) * sw, one block after another.
+// and the K-order accumulation are the reference's: y = y + (partial * sa) * sw, one block after another; where
+// that is exact (act_scales_carried_exactly, nearly always) sa is folded into the bf16 activations first, so
+// partial * sa comes out of vdpbf16ps itself.
 //
 // Weights come in either order of kernels/linear.h. Row-major (the checkpoint's, kept for shapes the
 // load-time copy does not take), three paths, all with tiles of 16 outputs (lane = output in the results):
@@ -472,8 +474,9 @@ using TileScratch = __m512i[kBlocksPerChunk * 16];
 // k (row stride k), sa = row 0's scales at the chunk's first block (stride kb), y = row 0 at the first
 // tile's first output. Each scratch load serves RT rows and each broadcast NT tiles, which keeps the loads
 // per vdpbf16ps near 1/2 (the loads, not the multiplies, would bound it otherwise). The 16 j of a block run
-// in one accumulator per (row, tile) in j order, so a result does not depend on RT, NT or threads. Then y = y + (partial * sa) * sw per block in K order; y waits in an L1 buffer, so that the
-// accumulators alone fill the registers.
+// in one accumulator per (row, tile) in j order, so a result does not depend on RT, NT or threads. Then
+// y = y + (partial * sa) * sw per block in K order (kUnitActScales: sa folded into act, no multiply); y waits in an
+// L1 buffer, so that the accumulators alone fill the registers.
 template <int RT, int NT, bool kUnitActScales>
 DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (*const* sw)[kTile],
                                const uint16_t* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,

@@ -34,6 +34,14 @@ void bf16_linear(const float* x, int64_t rows, const Bf16Weight& w, float* y, co
   if (round_output) round_to_bf16_inplace(y, rows * w.out);
 }
 
+// The same for an FP8 weight the reference dequantises to bf16 first (wo_a): its exact bf16 values, from the codes.
+void fp8_as_bf16_linear(const float* x, int64_t rows, const Fp8Weight& w, float* y, const ComputeContext& ctx,
+                        bool round_output) {
+  ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
+  ctx.backend->fp8_as_bf16_gemm(x, rows, w, y, ctx.pool);
+  if (round_output) round_to_bf16_inplace(y, rows * w.out);
+}
+
 constexpr int64_t kGatherGrain = 16;  // rows per range of a parallel row gather (dequantisation)
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -718,11 +726,7 @@ void AttentionLayer::project_output(float* o, int64_t rows, const float* cos, co
     // Group g's rows of wo_a: whole 16-row tiles in either order, whole 32-row scale blocks (o_lora % 32 == 0).
     const Fp8Weight w{wo_a_.codes + g * o_lora_ * group_in, wo_a_.scales + (g * o_lora_ / 32) * (group_in / 32),
                       o_lora_, group_in, wo_a_.tile_major};
-    {
-      ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
-      ctx.backend->fp8_as_bf16_gemm(group_x.data(), rows, w, group_y.data(), ctx.pool);
-      round_to_bf16_inplace(group_y.data(), rows * o_lora_);
-    }
+    fp8_as_bf16_linear(group_x.data(), rows, w, group_y.data(), ctx, true);
     for (int64_t t = 0; t < rows; ++t) {
       std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)],
                   &group_y[static_cast<size_t>(t * o_lora_)], static_cast<size_t>(o_lora_) * sizeof(float));
