@@ -879,8 +879,12 @@ struct GemmActivations {
 // product, at most 32 * 448^2 < 2^23 of them): all of it is the unscaled computation shifted by an exact power of
 // two, so the partial equals the reference's partial * sa. That needs 2^-108 <= sa <= 2^100: codes 19..227.
 bool act_scales_carried_exactly(const uint8_t* scales, int64_t n) {
-  const auto [lowest, highest] = std::minmax_element(scales, scales + n);
-  return n == 0 || (*lowest >= 127 - 108 && *highest <= 127 + 100);
+  uint8_t lowest = 255, highest = 0;  // a plain loop: the compiler vectorises it (std::minmax_element it does not)
+  for (int64_t i = 0; i < n; ++i) {
+    lowest = std::min(lowest, scales[i]);
+    highest = std::max(highest, scales[i]);
+  }
+  return n == 0 || (lowest >= 127 - 108 && highest <= 127 + 100);
 }
 
 // How run_block_gemm prepares activations in k order: scales folded in (then act_scales are all 1.0) or kept apart.
@@ -915,11 +919,12 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     if (pool) pool->parallel_for_nodes(tiles, body);  // as the load-time copy split them: node-local reads
     else body(0, tiles, 0);
   };
-  // The paths on k-order activations: the activation scales folded into them where that is exact (bf16 values
-  // have none), leaving act_scales of 1.0 (unit_act_scales) and one multiply fewer per block and row.
+  // The paths on k-order activations. multi_row: the activation scales folded into them where that is exact
+  // (bf16 values have none), leaving act_scales of 1.0 (unit_act_scales) and one multiply fewer per block and row
+  // in rows_chunk; the decode paths (few rows, bound by the weight read) keep them apart and skip the check.
   ThreadScratch scratch(pool, 0);
-  auto natural_activations = [&]() {
-    const bool fold = x.codes == nullptr || act_scales_carried_exactly(x.scales, x.rows * g.kb);
+  auto natural_activations = [&](bool multi_row) {
+    const bool fold = x.codes == nullptr || (multi_row && act_scales_carried_exactly(x.scales, x.rows * g.kb));
     if (fold) {
       const std::span<uint8_t> unit = scratch.take<uint8_t>(static_cast<size_t>(x.rows * g.kb));
       std::fill(unit.begin(), unit.end(), kE8m0One);
@@ -931,7 +936,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   if (tile_major && x.rows <= kTiledDecodeMaxRows) {
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row.
     const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
-    natural_activations().prepare(act.data(), 0, x.rows);
+    natural_activations(false).prepare(act.data(), 0, x.rows);
     g.act = act.data();
     switch (x.rows) {
       case 1: run_tiles(tiled_decode_tiles<kFp4, 1>); break;
@@ -947,7 +952,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     const int64_t groups = (in + 127) / 128;
     const std::span<uint16_t> natural = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
     const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * groups * 128));
-    natural_activations().prepare(natural.data(), 0, x.rows);
+    natural_activations(false).prepare(natural.data(), 0, x.rows);
     for (int64_t r = 0; r < x.rows; ++r)
       fp4_decode_activation_order(natural.data() + r * in, in, act.data() + r * groups * 128);
     g.act = act.data();
@@ -969,7 +974,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   }
   // Several rows: plain bf16 activations, converted weight tiles shared by all rows.
   const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
-  const NaturalActivations natural = natural_activations();
+  const NaturalActivations natural = natural_activations(true);
   if (pool)
     pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { natural.prepare(act.data(), r0, r1); });
   else
