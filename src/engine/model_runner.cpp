@@ -42,6 +42,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
     if (!rewritten.ok()) return rewritten.status().with_context("rewriting the weights in tile-major order");
     runner->tile_major_linears_ = *rewritten;
   }
+  if (runner->ctx_.backend->fp8_as_bf16_prefers_copy) runner->weights_->copy_fp8_as_bf16();
   // --mlock: after the rewrite, whose originals were given back and must not be read in again. Then the shards
   // are locked as their pages are touched (the first steps read the rest), the copies at once. One call per
   // mapping: locking tensor by tensor would split it into a memory area per tensor (the kernel's map count).

@@ -33,6 +33,8 @@ struct Backend {
   void (*bf16_gemm)(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
   // The BF16 linear of an FP8 weight's exact bf16 values (wo_a), read from its codes; x fp32 [rows, w.in].
   void (*fp8_as_bf16_gemm)(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool);
+  // LinearKernels::fp8_as_bf16_prefers_copy: run such weights from an exact bf16 copy with bf16_gemm instead.
+  bool fp8_as_bf16_prefers_copy;
 
   // --- activation quantisation (formats/quant.h act_quant_block32, row by row):
   // x fp32 [rows, k] (k % 32 == 0) -> codes [rows, k] e4m3, scales [rows, k/32] ue8m0.

@@ -298,6 +298,23 @@ Result<std::unique_ptr<AttentionLayer>> AttentionLayer::bind(const TensorLookup&
   return a;
 }
 
+int64_t AttentionLayer::copy_wo_a_to_bf16() {
+  if (!wo_a_bf16_.empty()) return 0;
+  wo_a_bf16_.resize(static_cast<size_t>(wo_a_.out * wo_a_.in));
+  const int64_t scale_cols = wo_a_.in / 32;
+  for (int64_t o = 0; o < wo_a_.out; ++o) {
+    for (int64_t b = 0; b < scale_cols; ++b) {
+      uint8_t gathered[32];
+      const uint8_t* codes = fp8_block_codes(wo_a_, o, b, gathered);
+      const float scale = e8m0_to_f32(wo_a_.scales[(o / 32) * scale_cols + b]);
+      for (int j = 0; j < 32; ++j)
+        wo_a_bf16_[static_cast<size_t>(o * wo_a_.in + 32 * b + j)] = f32_to_bf16(e4m3_to_f32(codes[j]) * scale);
+    }
+  }
+  const int64_t fp8_bytes = wo_a_.out * wo_a_.in + (wo_a_.out / 32) * scale_cols;
+  return 2 * wo_a_.out * wo_a_.in - fp8_bytes;
+}
+
 // Compressor (spec §4.4; model.py Compressor.forward): the latents (normalised, bf16 values, before RoPE and FP4)
 // of the groups completed in this call, and their group indices.
 Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
@@ -723,10 +740,15 @@ void AttentionLayer::project_output(float* o, int64_t rows, const float* cos, co
       std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
                   static_cast<size_t>(group_in) * sizeof(float));
     }
-    // Group g's rows of wo_a: whole 16-row tiles in either order, whole 32-row scale blocks (o_lora % 32 == 0).
-    const Fp8Weight w{wo_a_.codes + g * o_lora_ * group_in, wo_a_.scales + (g * o_lora_ / 32) * (group_in / 32),
-                      o_lora_, group_in, wo_a_.tile_major};
-    fp8_as_bf16_linear(group_x.data(), rows, w, group_y.data(), ctx, true);
+    if (!wo_a_bf16_.empty()) {
+      const Bf16Weight w{wo_a_bf16_.data() + g * o_lora_ * group_in, o_lora_, group_in};
+      bf16_linear(group_x.data(), rows, w, group_y.data(), ctx, true);
+    } else {
+      // Group g's rows of wo_a: whole 16-row tiles in either order, whole 32-row scale blocks (o_lora % 32 == 0).
+      const Fp8Weight w{wo_a_.codes + g * o_lora_ * group_in, wo_a_.scales + (g * o_lora_ / 32) * (group_in / 32),
+                        o_lora_, group_in, wo_a_.tile_major};
+      fp8_as_bf16_linear(group_x.data(), rows, w, group_y.data(), ctx, true);
+    }
     for (int64_t t = 0; t < rows; ++t) {
       std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)],
                   &group_y[static_cast<size_t>(t * o_lora_)], static_cast<size_t>(o_lora_) * sizeof(float));
