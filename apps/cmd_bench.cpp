@@ -491,6 +491,8 @@ int run_bench(const BenchOptions& o) {
       j["decode"][std::to_string(depth)][std::to_string(batch)]["step_ms"] = step_s * 1e3;
       j["decode"][std::to_string(depth)][std::to_string(batch)]["weight_bytes"] = bytes;
       j["decode"][std::to_string(depth)][std::to_string(batch)]["flops"] = flops;
+      j["decode"][std::to_string(depth)][std::to_string(batch)]["phase_ms"] = {
+          {"linear", phase_ms[1]}, {"attention", phase_ms[3]}, {"indexer", phase_ms[2]}, {"other", phase_ms[0]}};
       j["decode_roofline_fraction_batch" + std::to_string(batch)] = fraction;
     }
     j["decode_depth"] = depth;

@@ -1,0 +1,70 @@
+// `dsflash bench --json` through its CLI11 subcommand on a freshly made tiny checkpoint: the figures the speed
+// targets are read from are present and consistent (each batch's roofline fraction and its step split by phase,
+// the prefill peak fraction, the step by depth).
+#include <CLI/CLI.hpp>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_run.h"
+#include "commands.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using dsflash::testing::CliRun;
+
+CliRun run_cli(std::vector<std::string> args) {
+  return dsflash::testing::run_cli_commands(
+      [](CLI::App& app, int* exit_code) {
+        dsflash::cli::add_make_tiny_command(app, exit_code);
+        dsflash::cli::add_bench_command(app, exit_code);
+      },
+      std::move(args));
+}
+
+TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
+  const std::string tokenizer = (fs::path(DSFLASH_SHARED_DIR) / "tokenizer" / "deepseek_v3_tokenizer.json").string();
+  if (!fs::exists(tokenizer)) GTEST_SKIP() << "no shared tokenizer";
+  std::random_device rd;
+  const fs::path dir = fs::temp_directory_path() / ("dsflash-bench-cli-" + std::to_string(rd()) + std::to_string(rd()));
+  const CliRun made = run_cli({"make-tiny", "--preset", "tiny", "-o", dir.string(), "--tokenizer", tokenizer});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+
+  const CliRun bench = run_cli({"bench", "-m", dir.string(), "-p", "16", "-n", "2", "-r", "1", "--batch", "1,2",
+                                "--depth", "256", "--threads", "2", "--json"});
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  const nlohmann::json j = nlohmann::json::parse(bench.out);
+
+  EXPECT_GT(j.at("prefill_peak_fraction").get<double>(), 0.0);
+  EXPECT_GT(j.at("read_gbps").get<double>(), 0.0);
+  EXPECT_GT(j.at("peak_gflops").get<double>(), 0.0);
+  EXPECT_GT(j.at("decode_step_ms_by_depth").at("256").get<double>(), 0.0);
+  for (const char* batch : {"1", "2"}) {
+    SCOPED_TRACE(std::string("batch ") + batch);
+    const nlohmann::json& d = j.at("decode").at("256").at(batch);
+    EXPECT_GT(d.at("roofline_fraction").get<double>(), 0.0);
+    EXPECT_EQ(j.at(std::string("decode_roofline_fraction_batch") + batch).get<double>(),
+              d.at("roofline_fraction").get<double>());
+    // The phases split the timed step: each is >= 0 and together they are the step, up to the clock reads
+    // between the step's own timer and the profile's.
+    double phases = 0;
+    for (const char* phase : {"linear", "attention", "indexer", "other"}) {
+      const double ms = d.at("phase_ms").at(phase).get<double>();
+      EXPECT_GE(ms, 0.0) << phase;
+      phases += ms;
+    }
+    const double step_ms = d.at("step_ms").get<double>();
+    EXPECT_GT(d.at("phase_ms").at("linear").get<double>(), 0.0);
+    EXPECT_NEAR(phases, step_ms, 0.1 * step_ms + 0.05);
+  }
+}
+
+}  // namespace
