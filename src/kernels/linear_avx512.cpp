@@ -8,13 +8,9 @@
 // that is exact (act_scales_carried_exactly, nearly always) sa is folded into the bf16 activations first, so
 // partial * sa comes out of vdpbf16ps itself.
 //
-// Weights come in either order of kernels/linear.h. Row-major (the checkpoint's, kept for shapes the
-// load-time copy does not take), three paths, all with tiles of 16 outputs (lane = output in the results):
-// - FP8, rows == 1 (fp8_decode_tiles): K walked in pairs of blocks; for one output, 64 codes become two zmm
-//   of bf16 whose low 256 bits hold block b and high 256 bits block b+1 (activations prepared in the same
-//   order), a transposing reduction of 16 outputs gives P_b, P_b+1. Convert and multiply in registers.
-// - MXFP4, rows 1..4 (fp4_decode_tiles): one zmm = 64 packed bytes = 4 blocks of one output, converted
-//   once for all rows; one 16x4 reduction per row and 128 K.
+// Weights come in either order of kernels/linear.h; tiles of 16 outputs (lane = output in the results).
+// Row-major (the checkpoint's, kept for shapes the load-time copy does not take): FP8 rows == 1 and MXFP4 rows
+// 1..4 run the decode paths of linear_avx512_row_major.cpp;
 // - other rows >= 2 (gemm_tiles_rows): weight tiles converted once per 32-K block into an L1 scratch laid out
 //   [16 k-pairs][16 outputs] bf16 dwords; per row, 16 vdpbf16ps with broadcast activation pairs leave the
 //   block partials of 16 outputs in one zmm (no horizontal reduction); the scratch serves every row.
@@ -25,45 +21,15 @@
 // result does not depend on the rows it runs with.
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path
 // (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
-// GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -Wmaybe-uninitialized.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/linear_avx512_impl.h"
 #include "kernels/linear_impl.h"
 #include "kernels/linear_tables.h"
 
-// The one target string of this file; every function that uses AVX-512 intrinsics carries it.
-#define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
-
 namespace dsflash::linear_impl {
-
-namespace {
-
-constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
-static_assert(kTile == kTileMajorOutputs);
-constexpr int64_t kGroupBytes = 64;  // row-major paths: one zmm of an output's bytes
-constexpr int kChunkPairs = 16;   // block pairs per chunk of weight scales
-constexpr int64_t kPrefetchPairs = 8;  // FP8: 8 pairs x 16 rows x 64 B = 8 KB ahead (FP4: twice the pairs)
-
-// bf16 bits of the e4m3 magnitudes 0..127 split into low and high bytes (vpermt2b looks up 128 entries);
-// the sign bit is ORed into the high byte. bf16 bits of the 16 e2m1 codes for vpermw.
-struct Avx512Tables {
-  alignas(64) uint8_t fp8_lo[128];
-  alignas(64) uint8_t fp8_hi[128];
-  alignas(64) uint16_t fp4[32];
-  // Multi-row transposition (see convert_block_fp8 / convert_block_fp4).
-  alignas(64) uint16_t fp8_gather[2][32];  // vpermt2w: 4 outputs x 8 code pairs per 128-bit lane
-  alignas(64) uint8_t interleave[2][64];   // vpermt2b: (lo, hi) bytes of codes 0-31 / 32-63 -> bf16 words
-  alignas(64) uint8_t fp4_gather[64];      // vpermb: 4 outputs x 4 packed bytes per 128-bit lane
-  alignas(64) uint8_t scale_regroup[64];   // vpermb: byte 16q + 4n + t <- 16n + 4q + t
-  alignas(64) uint8_t fp4_lo[64];          // vpshufb: e2m1 code -> low / high byte of its bf16 (x4 lanes)
-  alignas(64) uint8_t fp4_hi[64];
-};
 
 const Avx512Tables& avx512_tables() {
   static const Avx512Tables tables = [] {
@@ -102,91 +68,13 @@ const Avx512Tables& avx512_tables() {
   return tables;
 }
 
-struct GemmArgs {
-  const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
-  const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb] (tile-major: [out/16, kb, 16]), ue8m0
-  int64_t out = 0, in = 0, kb = 0, npairs = 0, rows = 0;
-  bool tile_major = false;  // weight order (kernels/linear.h)
-  const uint16_t* act = nullptr;      // prepared [rows, npairs, 64] bf16
-  const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
-  // Every act_scales code is 127 (1.0): the activations carry their scales (prepare_activation_bf16) or have none.
-  // rows_chunk then skips the exact multiply by 1.0 (an optimisation only; the bits are the same).
-  bool unit_act_scales = false;
-  float* y = nullptr;                 // [rows, out]
-};
+namespace {
 
-// 64 e4m3 codes (two blocks of one output) -> W0, W1 bf16 in the FP8 lane order.
-DSFLASH_AVX512 inline void fp8_to_bf16(__m512i codes, __m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1,
-                                       __m512i* w0, __m512i* w1) {
-  __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
-  __m512i hi = _mm512_permutex2var_epi8(hi0, codes, hi1);
-  hi = _mm512_ternarylogic_epi32(hi, codes, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (c & 0x80)
-  *w0 = _mm512_unpacklo_epi8(lo, hi);
-  *w1 = _mm512_unpackhi_epi8(lo, hi);
-}
 
-// FP8 decode: activation codes [1, k] -> bf16 in the weights' lane order, [npairs, 64] words (A0 = first 32,
-// A1 = last 32 of each pair); a missing last block (odd block count) is zero. Code i of a pair ->
-// A0[8*(i/16) + i%16] when i%16 < 8, else A1[8*(i/16) + i%16 - 8]: what fp8_to_bf16 makes of the codes.
-DSFLASH_AVX512 void prepare_activation_pairs(const Fp8Activations& x, int64_t npairs, uint16_t* out) {
-  const Avx512Tables& at = avx512_tables();
-  const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
-  const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
-  const int64_t kb = x.k / 32;
-  for (int64_t p = 0; p < npairs; ++p) {
-    const __m512i c = 2 * p + 1 < kb ? _mm512_loadu_si512(x.codes + p * 64)
-                                     : _mm512_maskz_loadu_epi8(0xffffffffull, x.codes + p * 64);  // lone block
-    __m512i a0, a1;
-    fp8_to_bf16(c, lo0, lo1, hi0, hi1, &a0, &a1);
-    _mm512_storeu_si512(out + p * 64, a0);
-    _mm512_storeu_si512(out + p * 64 + 32, a1);
-  }
-}
 
-// dot(i) for the 16 outputs i of a tile gives vectors whose lanes 0-7 sum to block b's partial and lanes
-// 8-15 to block b+1's -> p0, p1 with lane i = output i. The vectors are folded as they are produced and
-// only through named values (no array), which keeps them in registers.
-template <class Dot>
-DSFLASH_AVX512 inline void reduce_16x2(const Dot& dot, __m512* p0, __m512* p1) {
-  auto s = [&](int m) DSFLASH_AVX512 {  // outputs 2m, 2m+1: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3]
-    const __m512 a = dot(2 * m), b = dot(2 * m + 1);
-    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  };
-  auto t = [&](int n) DSFLASH_AVX512 {  // outputs 4n..4n+3, one 4-lane sum per 128-bit lane
-    const __m512d a = _mm512_castps_pd(s(2 * n)), b = _mm512_castps_pd(s(2 * n + 1));
-    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  };
-  auto u = [&](int h) DSFLASH_AVX512 {  // lanes [b: 8h..8h+3, b+1: 8h..8h+3, b: 8h+4.., b+1: 8h+4..]
-    const __m512 a = t(2 * h), b = t(2 * h + 1);
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-  };
-  const __m512 u0 = u(0), u1 = u(1);
-  *p0 = _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0));
-  *p1 = _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1));
-}
 
-DSFLASH_AVX512 inline __m512 dot_pair(__m512i w0, __m512i w1, __m512i a0, __m512i a1) {
-  __m512 v = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)w0, (__m512bh)a0);
-  return _mm512_dpbf16_ps(v, (__m512bh)w1, (__m512bh)a1);
-}
 
-// ue8m0 codes (in the low byte of each dword) -> 2^(code-127) as fp32; code 0 is the subnormal 2^-127 and
-// 0xff is NaN, as in linear_decode_tables().
-DSFLASH_AVX512 inline __m512 e8m0_to_f32_x16(__m512i codes) {
-  __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(codes, 23));
-  v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(codes, _mm512_setzero_si512()),
-                         _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
-  return _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(codes, _mm512_set1_epi32(0xff)),
-                            _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
-}
 
-// FP4 weight scales of the tile's 16 outputs for blocks [b_begin, b_end): sw[b - b_begin][i].
-// Each output has its own scale row [kb]: 16 blocks of the 16 rows are loaded as 16 x 16 bytes and
-// transposed like the multi-row weights (vpermb + lane transpose + vpermb), then widened per block.
-// (A dword gather per 4 blocks, the obvious alternative, stalls on AMD: 16 lines per instruction.)
-DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* rows_o, int64_t b_begin,
-                                             int64_t b_end, float (*sw)[kTile]);
 
 // FP4 tile-major scales (kernels/linear.h) of tile `tile` for blocks [b_begin, b_end): 16 consecutive bytes each.
 DSFLASH_AVX512 inline void fp4_tiled_scales(const GemmArgs& g, int64_t tile, int64_t b_begin, int64_t b_end,
@@ -197,82 +85,7 @@ DSFLASH_AVX512 inline void fp4_tiled_scales(const GemmArgs& g, int64_t tile, int
                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + kTile * b)))));
 }
 
-// FP4 weight scales of tile `tile` ([16 outputs, kb] ue8m0 in either order, contiguous) into the cache. The
-// transposing loads of fp4_weight_scales touch 16 lines at once and would otherwise wait for memory.
-DSFLASH_AVX512 inline void prefetch_fp4_scales(const GemmArgs& g, int64_t tile) {
-  const int64_t o0 = tile * kTile;
-  if (o0 >= g.out) return;
-  const uint8_t* base = g.w_scales + o0 * g.kb;
-  const int64_t bytes = std::min<int64_t>(kTile, g.out - o0) * g.kb;
-  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(base + off), _MM_HINT_T0);
-}
 
-// FP8 decode (rows == 1): tiles [tile_begin, tile_end) of y.
-DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
-  const LinearDecodeTables& dt = linear_decode_tables();
-  const Avx512Tables& at = avx512_tables();
-  const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
-  const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
-  const int64_t row_bytes = g.in;
-
-  // Weights of output `row` (its first byte), block pair p -> W0, W1 (a lone last block reads only its own bytes).
-  auto convert = [&](const uint8_t* row, int64_t p, bool half, __m512i* w0, __m512i* w1) DSFLASH_AVX512 {
-    const uint8_t* src = row + p * kGroupBytes;
-    __m512i codes = half ? _mm512_maskz_loadu_epi8(0xffffffffull, src) : _mm512_loadu_si512(src);
-    fp8_to_bf16(codes, lo0, lo1, hi0, hi1, w0, w1);
-  };
-
-  // Software prefetch: the 16 row streams of a tile defeat the hardware prefetchers (short rows end before
-  // they train, long ones exceed the streams they track). While at (tile, pair p) we prefetch the bytes
-  // used kPrefetchPairs pairs later in the same walk order (possibly in a later tile of this range):
-  // base of row 0 of that tile at that pair, or nullptr past the range. ~8 KB ahead, within L1.
-  const int64_t prefetch_pairs = kPrefetchPairs;
-  auto prefetch_base = [&](int64_t tile, int64_t p) -> const uint8_t* {
-    const int64_t q = p + prefetch_pairs;
-    const int64_t t = tile + q / g.npairs;
-    if (t >= tile_end) return nullptr;
-    const int64_t row0 = std::min(t * kTile, g.out - kTile >= 0 ? g.out - kTile : 0);
-    return g.w + row0 * row_bytes + (q % g.npairs) * kGroupBytes;
-  };
-
-  alignas(64) float sw[2 * kChunkPairs][kTile];                  // weight scales of the chunk's blocks
-  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    const int64_t o0 = tile * kTile;
-    const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
-    const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
-    const uint8_t* rows[kTile];  // outputs past the end repeat the last one; their lanes are not stored
-    for (int i = 0; i < kTile; ++i) rows[i] = g.w + (o0 + std::min(i, n - 1)) * row_bytes;
-
-    for (int64_t p0 = 0; p0 < g.npairs; p0 += kChunkPairs) {
-      const int64_t p1 = std::min(g.npairs, p0 + kChunkPairs);
-      const int64_t b_end = std::min(2 * p1, g.kb);
-      for (int64_t b = 2 * p0; b < b_end; ++b)
-        _mm512_store_ps(sw[b - 2 * p0], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]));
-
-      __m512 y = p0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(store_mask, g.y + o0);
-      for (int64_t p = p0; p < p1; ++p) {
-        const bool half = 2 * p + 1 == g.kb;
-        const __m512i a0 = _mm512_loadu_si512(g.act + p * 64), a1 = _mm512_loadu_si512(g.act + p * 64 + 32);
-        const uint8_t* ahead = prefetch_base(tile, p);
-        auto dot = [&](int i) DSFLASH_AVX512 {
-          __m512i w0, w1;
-          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
-          convert(rows[i], p, half, &w0, &w1);
-          return dot_pair(w0, w1, a0, a1);
-        };
-        __m512 pb, pb1;
-        reduce_16x2(dot, &pb, &pb1);
-        const int64_t bi = 2 * (p - p0);
-        y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb, _mm512_set1_ps(dt.e8m0_f32[g.act_scales[2 * p]])),
-                                           _mm512_load_ps(sw[bi])));
-        if (!half)
-          y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_mul_ps(pb1, _mm512_set1_ps(dt.e8m0_f32[g.act_scales[2 * p + 1]])),
-                                             _mm512_load_ps(sw[bi + 1])));
-      }
-      _mm512_mask_storeu_ps(g.y + o0, store_mask, y);
-    }
-  }
-}
 
 // ---- Tile-major vectors ----
 // A 32-K block of a tile-major tile is kTiledVectors<kFp4> vectors of 64 bytes; vector v decodes to the pairs
@@ -328,48 +141,7 @@ constexpr int kBlocksPerChunk = 8;   // 2 tiles x 8 blocks x 1 KB = 16 KB of scr
 constexpr int kRowTile = 8;          // rows sharing each scratch load: 8 x 2 accumulators
 constexpr int64_t kPrefillRowBlock = 256;  // rows per pass over the weights in prefill
 
-// c[m] lane l = y[l] lane m (4x4 transpose of 128-bit lanes).
-DSFLASH_AVX512 inline void transpose_lanes(const __m512i* y, __m512i* c) {
-  const __m512i t0 = _mm512_shuffle_i64x2(y[0], y[1], _MM_SHUFFLE(1, 0, 1, 0));
-  const __m512i t1 = _mm512_shuffle_i64x2(y[0], y[1], _MM_SHUFFLE(3, 2, 3, 2));
-  const __m512i t2 = _mm512_shuffle_i64x2(y[2], y[3], _MM_SHUFFLE(1, 0, 1, 0));
-  const __m512i t3 = _mm512_shuffle_i64x2(y[2], y[3], _MM_SHUFFLE(3, 2, 3, 2));
-  c[0] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
-  c[1] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
-  c[2] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
-  c[3] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
-}
 
-DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* rows_o, int64_t b_begin,
-                                             int64_t b_end, float (*sw)[kTile]) {
-  const Avx512Tables& at = avx512_tables();
-  const __m512i gather = _mm512_load_si512(at.fp4_gather), regroup = _mm512_load_si512(at.scale_regroup);
-  for (int64_t b = b_begin; b < b_end; b += 16) {
-    const int nb = static_cast<int>(std::min<int64_t>(16, b_end - b));
-    const __mmask16 m = static_cast<__mmask16>((1u << nb) - 1);
-    __m512i y[4], q[4];
-    for (int n = 0; n < 4; ++n) {
-      auto ld = [&](int t) DSFLASH_AVX512 {
-        const uint8_t* src = g.w_scales + rows_o[4 * n + t] * g.kb + b;
-        return b + 16 <= g.kb ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)) : _mm_maskz_loadu_epi8(m, src);
-      };
-      __m512i z = _mm512_castsi128_si512(ld(0));
-      z = _mm512_inserti32x4(z, ld(1), 1);
-      z = _mm512_inserti32x4(z, ld(2), 2);
-      z = _mm512_inserti32x4(z, ld(3), 3);
-      y[n] = _mm512_permutexvar_epi8(gather, z);  // lane j/4: byte 4 (j%4) + t = output 4n+t, block j
-    }
-    transpose_lanes(y, q);  // q[j/4] byte 16n + 4 (j%4) + t = output 4n+t, block j
-    float(*dst)[kTile] = sw + (b - b_begin);
-    for (int j4 = 0; j4 < 4 && 4 * j4 < nb; ++j4) {
-      const __m512i r = _mm512_permutexvar_epi8(regroup, q[j4]);  // lane j%4 = block j, byte = output
-      _mm512_store_ps(dst[4 * j4], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(r))));
-      if (4 * j4 + 1 < nb) _mm512_store_ps(dst[4 * j4 + 1], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(r, 1))));
-      if (4 * j4 + 2 < nb) _mm512_store_ps(dst[4 * j4 + 2], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(r, 2))));
-      if (4 * j4 + 3 < nb) _mm512_store_ps(dst[4 * j4 + 3], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(r, 3))));
-    }
-  }
-}
 
 // FP8: one block (32 codes) of 16 outputs, output i's block at base + offsets[i] -> dst[16] (see above).
 // z[n] = outputs 2n, 2n+1 (16 code-pair words each). vpermt2w gathers, for 4 outputs, the 8 code pairs
@@ -728,140 +500,6 @@ DSFLASH_AVX512 void tiled_decode_tiles(const GemmArgs& g, int64_t tile_begin, in
   int64_t tile = tile_begin;
   for (; tile + 2 <= tile_end; tile += 2) tiled_decode<kFp4, R, 2>(g, tile);
   if (tile < tile_end) tiled_decode<kFp4, R, 1>(g, tile);
-}
-
-// ---- MXFP4 decode (rows == 1) ----
-// One output's 64 packed bytes (4 blocks, 128 K) are one zmm; word i holds the codes of k = 4i..4i+3, so
-// vpermw on (word >> 4q) looks up code q of every word (the table repeats its 16 entries: the index's bit 4
-// is the next nibble's). W_q word i = bf16 of k = 4i + q, and dword d of dp(W_q, A_q) sums k = 8d + q and
-// 8d + 4 + q: 128-bit lane b of the accumulator holds block b's partial in 4 pieces. The activations are
-// prepared in that order: A_q word i = a[4i + q] per 128-K group. The 16 outputs' accumulators fold into
-// 4 vectors P_b (lane = output) with 2 in-lane levels and a lane transpose: one reduction per 4 blocks.
-constexpr int64_t kFp4DecodePrefetchGroups = 8;  // 8 x 16 rows x 64 B = 8 KB ahead
-constexpr int kFp4DecodeChunkGroups = 8;         // weight scales are transposed 32 blocks at a time
-constexpr int64_t kFp4DecodeScaleLeadGroups = 6;  // next tile's scales are fetched ~6 groups before its start
-constexpr int64_t kFp4DecodeMaxRows = 4;          // up to here one register conversion beats the scratch path
-
-// Natural bf16 activations [k] -> [ceil(k/128)][4][32] words in the order above (zero past k).
-void fp4_decode_activation_order(const uint16_t* natural, int64_t k, uint16_t* out) {
-  const int64_t groups = (k + 127) / 128;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int q = 0; q < 4; ++q)
-      for (int i = 0; i < 32; ++i) {
-        const int64_t kk = 128 * g + 4 * i + q;
-        out[g * 128 + q * 32 + i] = kk < k ? natural[kk] : 0;
-      }
-}
-
-// One vector per activation row (the decode path runs 1..kFp4DecodeMaxRows rows on one conversion).
-template <int R>
-struct RowVecs {
-  __m512 v[R];
-};
-
-template <int R, class Dot>
-DSFLASH_AVX512 inline void reduce_16x4(const Dot& dot, RowVecs<R>* p) {
-  auto s = [&](int m) DSFLASH_AVX512 {  // outputs 2m, 2m+1: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3]
-    const RowVecs<R> a = dot(2 * m), b = dot(2 * m + 1);
-    RowVecs<R> r;
-    for (int k = 0; k < R; ++k)
-      r.v[k] = _mm512_add_ps(_mm512_unpacklo_ps(a.v[k], b.v[k]), _mm512_unpackhi_ps(a.v[k], b.v[k]));
-    return r;
-  };
-  auto t = [&](int n) DSFLASH_AVX512 {  // outputs 4n..4n+3, full sums, per 128-bit lane (= block)
-    const RowVecs<R> a = s(2 * n), b = s(2 * n + 1);
-    RowVecs<R> r;
-    for (int k = 0; k < R; ++k) {
-      const __m512d x = _mm512_castps_pd(a.v[k]), y = _mm512_castps_pd(b.v[k]);
-      r.v[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-    }
-    return r;
-  };
-  const RowVecs<R> t0 = t(0), t1 = t(1), t2 = t(2), t3 = t(3);
-  for (int k = 0; k < R; ++k) {
-    const __m512 u0 = _mm512_shuffle_f32x4(t0.v[k], t1.v[k], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512 u1 = _mm512_shuffle_f32x4(t0.v[k], t1.v[k], _MM_SHUFFLE(3, 2, 3, 2));
-    const __m512 u2 = _mm512_shuffle_f32x4(t2.v[k], t3.v[k], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512 u3 = _mm512_shuffle_f32x4(t2.v[k], t3.v[k], _MM_SHUFFLE(3, 2, 3, 2));
-    p[0].v[k] = _mm512_shuffle_f32x4(u0, u2, _MM_SHUFFLE(2, 0, 2, 0));
-    p[1].v[k] = _mm512_shuffle_f32x4(u0, u2, _MM_SHUFFLE(3, 1, 3, 1));
-    p[2].v[k] = _mm512_shuffle_f32x4(u1, u3, _MM_SHUFFLE(2, 0, 2, 0));
-    p[3].v[k] = _mm512_shuffle_f32x4(u1, u3, _MM_SHUFFLE(3, 1, 3, 1));
-  }
-}
-
-// g.act: the decode-order activations of R rows, [R][groups][128] words; y, act_scales: R rows.
-template <int R>
-DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
-  const LinearDecodeTables& dt = linear_decode_tables();
-  const __m512i table = _mm512_load_si512(avx512_tables().fp4);
-  const int64_t row_bytes = g.in / 2;
-  const int64_t groups = (g.kb + 3) / 4;
-  auto ahead_base = [&](int64_t tile, int64_t gi) -> const uint8_t* {
-    const int64_t q = gi + kFp4DecodePrefetchGroups;
-    const int64_t t = tile + q / groups;
-    if (t >= tile_end) return nullptr;
-    const int64_t row0 = std::min(t * kTile, g.out - kTile >= 0 ? g.out - kTile : 0);
-    return g.w + row0 * row_bytes + (q % groups) * kGroupBytes;
-  };
-  alignas(64) float sw[4 * kFp4DecodeChunkGroups][kTile];
-  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    const int64_t o0 = tile * kTile;
-    const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
-    const __mmask16 store_mask = static_cast<__mmask16>((1u << n) - 1);
-    int64_t rows_o[kTile];
-    const uint8_t* rows[kTile];  // first bytes
-    for (int i = 0; i < kTile; ++i) {
-      rows_o[i] = o0 + std::min(i, n - 1);
-      rows[i] = g.w + (o0 + std::min(i, n - 1)) * row_bytes;
-    }
-    if (tile == tile_begin) prefetch_fp4_scales(g, tile);
-    RowVecs<R> y;
-    for (int k = 0; k < R; ++k) y.v[k] = _mm512_setzero_ps();
-    for (int64_t g0 = 0; g0 < groups; g0 += kFp4DecodeChunkGroups) {
-      const int64_t g1 = std::min(groups, g0 + kFp4DecodeChunkGroups);
-      fp4_weight_scales(g, rows_o, 4 * g0, std::min(4 * g1, g.kb), sw);
-      for (int64_t gi = g0; gi < g1; ++gi) {
-        const int nblocks = static_cast<int>(std::min<int64_t>(4, g.kb - 4 * gi));
-        const __mmask64 load_mask = nblocks == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * nblocks)) - 1;
-        const uint16_t* a = g.act + gi * 128;
-        const int64_t act_stride = groups * 128;
-        const uint8_t* ahead = ahead_base(tile, gi);
-        // The next tile's scales: late enough that this tile's weight stream does not evict them first.
-        if (gi == std::max<int64_t>(0, groups - kFp4DecodeScaleLeadGroups) && tile + 1 < tile_end)
-          prefetch_fp4_scales(g, tile + 1);
-        auto dot = [&](int i) DSFLASH_AVX512 {
-          if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
-          const uint8_t* src = rows[i] + gi * kGroupBytes;
-          const __m512i raw = nblocks == 4 ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi8(load_mask, src);
-          const __m512i w0 = _mm512_permutexvar_epi16(raw, table);
-          const __m512i w1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 4), table);
-          const __m512i w2 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 8), table);
-          const __m512i w3 = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 12), table);
-          RowVecs<R> v;
-          for (int k = 0; k < R; ++k) {
-            const uint16_t* ak = a + k * act_stride;
-            v.v[k] = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)w0, (__m512bh)_mm512_loadu_si512(ak));
-            v.v[k] = _mm512_dpbf16_ps(v.v[k], (__m512bh)w1, (__m512bh)_mm512_loadu_si512(ak + 32));
-            v.v[k] = _mm512_dpbf16_ps(v.v[k], (__m512bh)w2, (__m512bh)_mm512_loadu_si512(ak + 64));
-            v.v[k] = _mm512_dpbf16_ps(v.v[k], (__m512bh)w3, (__m512bh)_mm512_loadu_si512(ak + 96));
-          }
-          return v;
-        };
-        RowVecs<R> p[4];
-        reduce_16x4<R>(dot, p);
-        for (int b = 0; b < nblocks; ++b) {
-          const int64_t blk = 4 * gi + b;
-          const __m512 swb = _mm512_load_ps(sw[blk - 4 * g0]);
-          for (int k = 0; k < R; ++k)
-            y.v[k] = _mm512_add_ps(
-                y.v[k], _mm512_mul_ps(_mm512_mul_ps(p[b].v[k], _mm512_set1_ps(dt.e8m0_f32[g.act_scales[k * g.kb + blk]])),
-                                      swb));
-        }
-      }
-    }
-    for (int k = 0; k < R; ++k) _mm512_mask_storeu_ps(g.y + k * g.out + o0, store_mask, y.v[k]);
-  }
 }
 
 // A block GEMM's activations: e4m3 codes with their ue8m0 block scales (model.py's act_quant), or fp32 rows that

@@ -1,0 +1,141 @@
+// Internals shared by the AVX-512 FP8 / MXFP4 linear kernels: linear_avx512.cpp (the tile-major and multi-row
+// paths, the dispatch) and linear_avx512_row_major.cpp (the decode paths on the checkpoint's row-major order).
+// Not part of the kernel contract (kernels/linear.h); included by those two files only.
+// GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -Wmaybe-uninitialized.
+#pragma once
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/linear.h"
+
+// The one target string of the AVX-512 linear files; every function that uses AVX-512 intrinsics carries it.
+#define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
+
+namespace dsflash::linear_impl {
+
+constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
+static_assert(kTile == kTileMajorOutputs);
+constexpr int64_t kGroupBytes = 64;  // row-major paths: one zmm of an output's bytes
+
+// bf16 bits of the e4m3 magnitudes 0..127 split into low and high bytes (vpermt2b looks up 128 entries);
+// the sign bit is ORed into the high byte. bf16 bits of the 16 e2m1 codes for vpermw.
+struct Avx512Tables {
+  alignas(64) uint8_t fp8_lo[128];
+  alignas(64) uint8_t fp8_hi[128];
+  alignas(64) uint16_t fp4[32];
+  // Multi-row transposition (see convert_block_fp8 / convert_block_fp4).
+  alignas(64) uint16_t fp8_gather[2][32];  // vpermt2w: 4 outputs x 8 code pairs per 128-bit lane
+  alignas(64) uint8_t interleave[2][64];   // vpermt2b: (lo, hi) bytes of codes 0-31 / 32-63 -> bf16 words
+  alignas(64) uint8_t fp4_gather[64];      // vpermb: 4 outputs x 4 packed bytes per 128-bit lane
+  alignas(64) uint8_t scale_regroup[64];   // vpermb: byte 16q + 4n + t <- 16n + 4q + t
+  alignas(64) uint8_t fp4_lo[64];          // vpshufb: e2m1 code -> low / high byte of its bf16 (x4 lanes)
+  alignas(64) uint8_t fp4_hi[64];
+};
+const Avx512Tables& avx512_tables();
+
+struct GemmArgs {
+  const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
+  const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb] (tile-major: [out/16, kb, 16]), ue8m0
+  int64_t out = 0, in = 0, kb = 0, npairs = 0, rows = 0;
+  bool tile_major = false;  // weight order (kernels/linear.h)
+  const uint16_t* act = nullptr;      // prepared [rows, npairs, 64] bf16
+  const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
+  // Every act_scales code is 127 (1.0): the activations carry their scales (prepare_activation_bf16) or have none.
+  // rows_chunk then skips the exact multiply by 1.0 (an optimisation only; the bits are the same).
+  bool unit_act_scales = false;
+  float* y = nullptr;                 // [rows, out]
+};
+
+// 64 e4m3 codes (two blocks of one output) -> W0, W1 bf16 in the FP8 lane order.
+DSFLASH_AVX512 inline void fp8_to_bf16(__m512i codes, __m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1,
+                                       __m512i* w0, __m512i* w1) {
+  __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
+  __m512i hi = _mm512_permutex2var_epi8(hi0, codes, hi1);
+  hi = _mm512_ternarylogic_epi32(hi, codes, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (c & 0x80)
+  *w0 = _mm512_unpacklo_epi8(lo, hi);
+  *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+// ue8m0 codes (in the low byte of each dword) -> 2^(code-127) as fp32; code 0 is the subnormal 2^-127 and
+// 0xff is NaN, as in linear_decode_tables().
+DSFLASH_AVX512 inline __m512 e8m0_to_f32_x16(__m512i codes) {
+  __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(codes, 23));
+  v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(codes, _mm512_setzero_si512()),
+                         _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
+  return _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(codes, _mm512_set1_epi32(0xff)),
+                            _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+}
+
+// c[m] lane l = y[l] lane m (4x4 transpose of 128-bit lanes).
+DSFLASH_AVX512 inline void transpose_lanes(const __m512i* y, __m512i* c) {
+  const __m512i t0 = _mm512_shuffle_i64x2(y[0], y[1], _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i t1 = _mm512_shuffle_i64x2(y[0], y[1], _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512i t2 = _mm512_shuffle_i64x2(y[2], y[3], _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i t3 = _mm512_shuffle_i64x2(y[2], y[3], _MM_SHUFFLE(3, 2, 3, 2));
+  c[0] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
+  c[1] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
+  c[2] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
+  c[3] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// FP4 weight scales of the tile's 16 outputs for blocks [b_begin, b_end): sw[b - b_begin][i].
+// Each output has its own scale row [kb]: 16 blocks of the 16 rows are loaded as 16 x 16 bytes and
+// transposed like the multi-row weights (vpermb + lane transpose + vpermb), then widened per block.
+// (A dword gather per 4 blocks, the obvious alternative, stalls on AMD: 16 lines per instruction.)
+DSFLASH_AVX512 inline void fp4_weight_scales(const GemmArgs& g, const int64_t* rows_o, int64_t b_begin,
+                                             int64_t b_end, float (*sw)[kTile]) {
+  const Avx512Tables& at = avx512_tables();
+  const __m512i gather = _mm512_load_si512(at.fp4_gather), regroup = _mm512_load_si512(at.scale_regroup);
+  for (int64_t b = b_begin; b < b_end; b += 16) {
+    const int nb = static_cast<int>(std::min<int64_t>(16, b_end - b));
+    const __mmask16 m = static_cast<__mmask16>((1u << nb) - 1);
+    __m512i y[4], q[4];
+    for (int n = 0; n < 4; ++n) {
+      auto ld = [&](int t) DSFLASH_AVX512 {
+        const uint8_t* src = g.w_scales + rows_o[4 * n + t] * g.kb + b;
+        return b + 16 <= g.kb ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)) : _mm_maskz_loadu_epi8(m, src);
+      };
+      __m512i z = _mm512_castsi128_si512(ld(0));
+      z = _mm512_inserti32x4(z, ld(1), 1);
+      z = _mm512_inserti32x4(z, ld(2), 2);
+      z = _mm512_inserti32x4(z, ld(3), 3);
+      y[n] = _mm512_permutexvar_epi8(gather, z);  // lane j/4: byte 4 (j%4) + t = output 4n+t, block j
+    }
+    transpose_lanes(y, q);  // q[j/4] byte 16n + 4 (j%4) + t = output 4n+t, block j
+    float(*dst)[kTile] = sw + (b - b_begin);
+    for (int j4 = 0; j4 < 4 && 4 * j4 < nb; ++j4) {
+      const __m512i r = _mm512_permutexvar_epi8(regroup, q[j4]);  // lane j%4 = block j, byte = output
+      _mm512_store_ps(dst[4 * j4], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(r))));
+      if (4 * j4 + 1 < nb) _mm512_store_ps(dst[4 * j4 + 1], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(r, 1))));
+      if (4 * j4 + 2 < nb) _mm512_store_ps(dst[4 * j4 + 2], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(r, 2))));
+      if (4 * j4 + 3 < nb) _mm512_store_ps(dst[4 * j4 + 3], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(r, 3))));
+    }
+  }
+}
+
+// FP4 weight scales of tile `tile` ([16 outputs, kb] ue8m0 in either order, contiguous) into the cache. The
+// transposing loads of fp4_weight_scales touch 16 lines at once and would otherwise wait for memory.
+DSFLASH_AVX512 inline void prefetch_fp4_scales(const GemmArgs& g, int64_t tile) {
+  const int64_t o0 = tile * kTile;
+  if (o0 >= g.out) return;
+  const uint8_t* base = g.w_scales + o0 * g.kb;
+  const int64_t bytes = std::min<int64_t>(kTile, g.out - o0) * g.kb;
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(base + off), _MM_HINT_T0);
+}
+// ---- Decode paths on row-major weights (linear_avx512_row_major.cpp) ----
+constexpr int64_t kFp4DecodeMaxRows = 4;  // up to here one register conversion beats the scratch path
+
+// FP8, rows == 1: activation codes [1, k] -> bf16 in the weights' lane order, [npairs, 64] words; then tiles
+// [tile_begin, tile_end) of y.
+DSFLASH_AVX512 void prepare_activation_pairs(const Fp8Activations& x, int64_t npairs, uint16_t* out);
+DSFLASH_AVX512 void fp8_decode_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end);
+// MXFP4, rows 1..kFp4DecodeMaxRows: natural bf16 activations [k] -> the order fp4_decode_tiles reads; then tiles.
+void fp4_decode_activation_order(const uint16_t* natural, int64_t k, uint16_t* out);
+template <int R>
+DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end);
+
+}  // namespace dsflash::linear_impl
