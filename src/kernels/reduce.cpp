@@ -89,12 +89,17 @@ float cascade_sum_squares(const float* x, int64_t n, int vector_width) {
   return cascade_sum_impl(n, vector_width, [x](int64_t i) { return x[i] * x[i]; });
 }
 
-float cascade_sum_squares_avx2(const float* x, int64_t n) {
+namespace {
+
+// cascade_sum_impl at kReferenceReduceWidth with the 8 lanes as one AVX2 vector and the four interleaved
+// accumulators side by side; kSquares: the values are x[i]² (each square rounded, no FMA).
+template <bool kSquares>
+float cascade_sum_avx2_impl(const float* x, int64_t n) {
   static_assert(kReferenceReduceWidth == 8, "one __m256 per lane set");
   constexpr int kWidth = 8;
   constexpr int kIlp = 4;
   constexpr int kLevels = 4;
-  if (n < kWidth) return cascade_sum_squares(x, n, kWidth);  // the scalar path: no vectors at all
+  if (n < kWidth) return kSquares ? cascade_sum_squares(x, n, kWidth) : cascade_sum(x, n, kWidth);  // no vectors
   const int64_t vectors = n / kWidth;
   const int64_t groups = vectors / kIlp;
   // cascade_stream's schedule over `groups` steps, for the kIlp streams at once: acc[k][level], 8 lanes each.
@@ -104,15 +109,15 @@ float cascade_sum_squares_avx2(const float* x, int64_t n) {
   __m256 acc[kIlp][kLevels];
   for (auto& stream : acc)
     for (__m256& level : stream) level = _mm256_setzero_ps();
-  // Vector v holds x[v*8 .. v*8+7]; stream k of step i reads vector i*kIlp + k. Each square is rounded (no FMA).
-  auto square = [x](int64_t v) {
+  // Vector v holds x[v*8 .. v*8+7]; stream k of step i reads vector i*kIlp + k.
+  auto value = [x](int64_t v) {
     const __m256 a = _mm256_loadu_ps(x + v * kWidth);
-    return _mm256_mul_ps(a, a);
+    return kSquares ? _mm256_mul_ps(a, a) : a;
   };
   int64_t i = 0;
   while (i + level_step <= groups) {
     for (int64_t j = 0; j < level_step; ++j, ++i)
-      for (int k = 0; k < kIlp; ++k) acc[k][0] = _mm256_add_ps(acc[k][0], square(i * kIlp + k));
+      for (int k = 0; k < kIlp; ++k) acc[k][0] = _mm256_add_ps(acc[k][0], value(i * kIlp + k));
     for (int j = 1; j < kLevels; ++j) {
       for (int k = 0; k < kIlp; ++k) {
         acc[k][j] = _mm256_add_ps(acc[k][j], acc[k][j - 1]);
@@ -122,18 +127,23 @@ float cascade_sum_squares_avx2(const float* x, int64_t n) {
     }
   }
   for (; i < groups; ++i)
-    for (int k = 0; k < kIlp; ++k) acc[k][0] = _mm256_add_ps(acc[k][0], square(i * kIlp + k));
+    for (int k = 0; k < kIlp; ++k) acc[k][0] = _mm256_add_ps(acc[k][0], value(i * kIlp + k));
   for (int k = 0; k < kIlp; ++k)
     for (int j = 1; j < kLevels; ++j) acc[k][0] = _mm256_add_ps(acc[k][0], acc[k][j]);
-  for (int64_t v = groups * kIlp; v < vectors; ++v) acc[0][0] = _mm256_add_ps(acc[0][0], square(v));
+  for (int64_t v = groups * kIlp; v < vectors; ++v) acc[0][0] = _mm256_add_ps(acc[0][0], value(v));
   for (int k = 1; k < kIlp; ++k) acc[0][0] = _mm256_add_ps(acc[0][0], acc[k][0]);
   alignas(32) float lanes[kWidth];
   _mm256_store_ps(lanes, acc[0][0]);
   float total = 0.0f;
-  for (int64_t e = vectors * kWidth; e < n; ++e) total += x[e] * x[e];
+  for (int64_t e = vectors * kWidth; e < n; ++e) total += kSquares ? x[e] * x[e] : x[e];
   for (float lane : lanes) total += lane;
   return total;
 }
+
+}  // namespace
+
+float cascade_sum_avx2(const float* x, int64_t n) { return cascade_sum_avx2_impl<false>(x, n); }
+float cascade_sum_squares_avx2(const float* x, int64_t n) { return cascade_sum_avx2_impl<true>(x, n); }
 
 // multi_row_sum's order: see reduce.h.
 float outer_cascade_sum(const float* values, int64_t n) {

@@ -24,6 +24,8 @@ float cascade_sum_squares(const float* x, int64_t n, int vector_width = kReferen
 // cascade_sum_squares(x, n) at kReferenceReduceWidth, the same bits: the 8 lanes are AVX2 vectors and the four
 // interleaved accumulators run side by side (which is what PyTorch itself does), instead of one lane at a time.
 float cascade_sum_squares_avx2(const float* x, int64_t n);
+// cascade_sum(x, n) at kReferenceReduceWidth, the same bits, the same way.
+float cascade_sum_avx2(const float* x, int64_t n);
 
 // Σ values[i] (fp32) in PyTorch's CPU cascade order for a reduced dimension that is not the innermost one
 // (multi_row_sum): blocks of 2^level_power values into level 0, folded upwards. The indexer's sum over heads.

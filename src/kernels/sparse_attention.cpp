@@ -153,13 +153,14 @@ void block_exp(const float* s, float next_max, int64_t count, int64_t index0, in
   for (j = vector_end; j < count; ++j) probs[j] = std::exp(s[j] - next_max);
 }
 
-// acc[i][l] = Σ_d q_t[d][l] * r[i][d] in d order, mul then add (no fma): 4 rows x 16 heads in 8 ymm chains.
-void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kHeadLanes]) {
+// acc[i][l] (l < 16) = Σ_d q_t[d * kScoreHeads + l] * r[i][d] in d order, mul then add (no fma): 4 rows x 16 heads
+// in 8 ymm chains.
+void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kScoreHeads]) {
   __m256 a[4][2];
   for (auto& v : a) v[0] = v[1] = _mm256_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
-    const __m256 q0 = _mm256_loadu_ps(q_t + d * kHeadLanes);
-    const __m256 q1 = _mm256_loadu_ps(q_t + d * kHeadLanes + 8);
+    const __m256 q0 = _mm256_loadu_ps(q_t + d * kScoreHeads);
+    const __m256 q1 = _mm256_loadu_ps(q_t + d * kScoreHeads + 8);
     for (int i = 0; i < 4; ++i) {
       const __m256 x = _mm256_broadcast_ss(r[i] + d);
       a[i][0] = _mm256_add_ps(a[i][0], _mm256_mul_ps(q0, x));
@@ -172,10 +173,15 @@ void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float
   }
 }
 
-// ScoreRowsKernel for AVX2: 16 ymm cannot hold 8 rows x 16 heads, so two passes of 4 rows.
-void score_rows_avx2(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kHeadLanes]) {
-  score_four_rows(q_t, r, dim, acc);
-  score_four_rows(q_t, r + 4, dim, acc + 4);
+// ScoreRowsKernel for AVX2: 16 ymm cannot hold 8 rows x 32 heads, so four passes of 4 rows x 16 heads.
+void score_rows_avx2(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kScoreHeads]) {
+  for (int rows = 0; rows < kScoreRows; rows += 4) {
+    for (int lanes = 0; lanes < kScoreHeads; lanes += kHeadLanes) {
+      float part[4][kScoreHeads];
+      score_four_rows(q_t + lanes, r + rows, dim, part);
+      for (int i = 0; i < 4; ++i) std::copy_n(part[i], kHeadLanes, acc[rows + i] + lanes);
+    }
+  }
 }
 
 // PvBlockKernel for AVX2: sub-groups of 4 heads x 16 dims (8 ymm accumulators, each row chunk loaded once
@@ -222,27 +228,27 @@ void for_each_query_groups(int64_t begin, int64_t end, int64_t groups, Fn&& fn) 
   }
 }
 
-// Phase 1 items (query, group of 16 heads) into scores [queries][heads][num_entries] (query relative to
+// Phase 1 items (query, group of 32 heads) into scores [queries][heads][num_entries] (query relative to
 // query0). Per query, each pass of 8 present rows serves all the item range's groups (rows [8][dim] stay in
-// L1 while the groups' transposed queries q_t [groups][dim][16] stream from L2). Each score lane runs
+// L1 while the groups' transposed queries q_t [groups][dim][32] stream from L2). Each score lane runs
 // dot_in_order's sequence (mul, then add, in d order from 0.0f), so the scores are the oracle's bits. The last
 // pass repeats a row to fill its 8 (results dropped).
 void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t query0, float* scores, int64_t begin,
                   int64_t end, Arena& scratch) {
-  const int64_t groups = (a.heads + kHeadLanes - 1) / kHeadLanes;
+  const int64_t groups = (a.heads + kScoreHeads - 1) / kScoreHeads;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  const std::span<float> q_t = scratch.take<float>(static_cast<size_t>(groups * a.dim * kHeadLanes));
+  const std::span<float> q_t = scratch.take<float>(static_cast<size_t>(groups * a.dim * kScoreHeads));
   for_each_query_groups(begin, end, groups, [&](int64_t item_query, int64_t first, int64_t last) {
     const int64_t query = query0 + item_query;
     const float* const* rows = a.rows + query * a.num_entries;
     float* query_scores = scores + item_query * a.heads * a.num_entries;  // [heads][entries]
-    const int head_end = std::min<int>(a.heads, static_cast<int>(last) * kHeadLanes);
+    const int head_end = std::min<int>(a.heads, static_cast<int>(last) * kScoreHeads);
     for (int64_t group = first; group < last; ++group) {  // transpose the group's queries, zero lanes past heads
-      float* t = q_t.data() + group * a.dim * kHeadLanes;
-      std::fill_n(t, a.dim * kHeadLanes, 0.0f);
-      for (int l = 0; l < kHeadLanes && group * kHeadLanes + l < a.heads; ++l) {
-        const float* q = a.q + (query * a.heads + group * kHeadLanes + l) * a.dim;
-        for (int64_t d = 0; d < a.dim; ++d) t[d * kHeadLanes + l] = q[d];
+      float* t = q_t.data() + group * a.dim * kScoreHeads;
+      std::fill_n(t, a.dim * kScoreHeads, 0.0f);
+      for (int l = 0; l < kScoreHeads && group * kScoreHeads + l < a.heads; ++l) {
+        const float* q = a.q + (query * a.heads + group * kScoreHeads + l) * a.dim;
+        for (int64_t d = 0; d < a.dim; ++d) t[d * kScoreHeads + l] = q[d];
       }
     }
     int64_t present[kScoreRows];
@@ -250,7 +256,7 @@ void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t 
       int n = 0;
       for (; j < a.num_entries && n < kScoreRows; ++j) {
         if (rows[j] == nullptr) {
-          for (int h = static_cast<int>(first) * kHeadLanes; h < head_end; ++h) query_scores[h * a.num_entries + j] = neg_inf;
+          for (int h = static_cast<int>(first) * kScoreHeads; h < head_end; ++h) query_scores[h * a.num_entries + j] = neg_inf;
         } else {
           present[n++] = j;
         }
@@ -259,10 +265,10 @@ void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t 
       const float* r[kScoreRows];
       for (int i = 0; i < kScoreRows; ++i) r[i] = rows[present[std::min(i, n - 1)]];
       for (int64_t group = first; group < last; ++group) {
-        float acc[kScoreRows][kHeadLanes];
-        paths.score_rows(q_t.data() + group * a.dim * kHeadLanes, r, a.dim, acc);
-        const int head0 = static_cast<int>(group) * kHeadLanes;
-        const int lanes = std::min(kHeadLanes, a.heads - head0);
+        float acc[kScoreRows][kScoreHeads];
+        paths.score_rows(q_t.data() + group * a.dim * kScoreHeads, r, a.dim, acc);
+        const int head0 = static_cast<int>(group) * kScoreHeads;
+        const int lanes = std::min(kScoreHeads, a.heads - head0);
         for (int i = 0; i < n; ++i) {
           for (int l = 0; l < lanes; ++l) query_scores[(head0 + l) * a.num_entries + present[i]] = acc[i][l] * a.scale;
         }
@@ -316,7 +322,7 @@ void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t
           const float next_max = std::max(maximum[slot], block_max(s, count));
           const float correction = torch_exp_element(maximum[slot] - next_max, head, a.heads);
           block_exp(s, next_max, count, head * count, a.heads * count, probs);
-          denominator[slot] = denominator[slot] * correction + cascade_sum(probs, count);
+          denominator[slot] = denominator[slot] * correction + cascade_sum_avx2(probs, count);
           for (int64_t j = 0; j < count; j += 8) {
             _mm256_store_ps(rounded + j, round_bf16_x8(_mm256_load_ps(probs + j)));  // lanes past count unused
           }
@@ -335,12 +341,12 @@ void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t
   });
 }
 
-// Two phases per chunk of queries: scores over (query, group of 16 heads), then softmax and P·V over (query,
-// group of 8 heads), so that one decode query (64 heads) still gives the threads 4 and 8 items. The chunk
+// Two phases per chunk of queries: scores over (query, group of 32 heads), then softmax and P·V over (query,
+// group of 8 heads), so that one decode query (64 heads) still gives the threads 2 and 8 items. The chunk
 // bounds the score buffer [chunk, heads, num_entries] to about 4 MB.
 void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPool* pool) {
   constexpr int64_t kScoreBudget = int64_t{1} << 20;  // floats
-  const int64_t score_groups_per_query = (a.heads + kHeadLanes - 1) / kHeadLanes;
+  const int64_t score_groups_per_query = (a.heads + kScoreHeads - 1) / kScoreHeads;
   const int64_t pv_groups_per_query = (a.heads + kGroupHeads - 1) / kGroupHeads;
   const int64_t per_query = a.heads * std::max<int64_t>(a.num_entries, 1);
   const int64_t chunk = std::clamp<int64_t>(kScoreBudget / per_query, 1, std::max<int64_t>(a.num_queries, 1));

@@ -45,8 +45,8 @@ struct SparseAttentionKernels {
 // The scalar oracle: dot products and P·V summed in K order (the reference uses BLAS there), the
 // denominator's Σ p_j in the reference's cascade order, single-threaded.
 const SparseAttentionKernels& reference_sparse_attention();
-// The oracle's bits, faster. Scores: 16 heads in the vector lanes (each lane the oracle's in-order dot
-// product), 8 rows per pass, threads over (query, group of 16 heads). Softmax and P·V: threads over (query,
+// The oracle's bits, faster. Scores: 32 heads in the vector lanes (each lane the oracle's in-order dot
+// product), 8 rows per pass, threads over (query, group of 32 heads). Softmax and P·V: threads over (query,
 // group of 8 heads); per block of 64 entries each head's softmax step as the oracle's (exp vectorised with
 // the same operations), then the group's P·V with each row chunk loaded once for the 8 heads and the
 // accumulators [heads x dims] in registers, every element summed in list order.

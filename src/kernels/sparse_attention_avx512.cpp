@@ -11,61 +11,79 @@
 namespace dsflash::sparse_attention_impl {
 namespace {
 
-// acc[i][l] = Σ_d q_t[d][l] * r[i][d]: 16 heads in one zmm, 8 rows = 8 independent add chains.
-DSFLASH_AVX512 void score_rows_avx512(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kHeadLanes]) {
-  __m512 a[kScoreRows];
-  for (__m512& v : a) v = _mm512_setzero_ps();
+// acc[i][l] = Σ_d q_t[d][l] * r[i][d]: 32 heads in two zmm x 8 rows = 16 independent add chains; each
+// broadcast row element serves both halves (one broadcast per multiply ran at ~0.65 of the mul/add rate on
+// Zen 5, one per two at ~0.93).
+DSFLASH_AVX512 void score_rows_avx512(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kScoreHeads]) {
+  __m512 a[kScoreRows][2];
+  for (auto& v : a) v[0] = v[1] = _mm512_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
-    const __m512 q = _mm512_loadu_ps(q_t + d * kHeadLanes);
-    for (int i = 0; i < kScoreRows; ++i) a[i] = _mm512_add_ps(a[i], _mm512_mul_ps(q, _mm512_set1_ps(r[i][d])));
+    const __m512 q0 = _mm512_loadu_ps(q_t + d * kScoreHeads);
+    const __m512 q1 = _mm512_loadu_ps(q_t + d * kScoreHeads + kHeadLanes);
+#pragma GCC unroll 8
+    for (int i = 0; i < kScoreRows; ++i) {
+      const __m512 x = _mm512_set1_ps(r[i][d]);
+      a[i][0] = _mm512_add_ps(a[i][0], _mm512_mul_ps(q0, x));
+      a[i][1] = _mm512_add_ps(a[i][1], _mm512_mul_ps(q1, x));
+    }
   }
-  for (int i = 0; i < kScoreRows; ++i) _mm512_storeu_ps(acc[i], a[i]);
+  for (int i = 0; i < kScoreRows; ++i) {
+    _mm512_storeu_ps(acc[i], a[i][0]);
+    _mm512_storeu_ps(acc[i] + kHeadLanes, a[i][1]);
+  }
 }
 
-// The group's P·V over dims [d, d + 16 * kVectors) (kVectors 1 or 2) for all 8 heads (heads past lanes run on
-// p = 0, c = 1): 8 x kVectors zmm accumulators, each row chunk loaded once for the 8 heads. `last` masks the
-// final vector's dims (the end of the row: masked lanes load 0 and are not stored).
-template <int kVectors>
+// The group's P·V over dims [d, d + 16 * kVectors) for all 8 heads (heads past lanes run on p = 0, c = 1):
+// 8 x kVectors zmm accumulators, each row chunk loaded once for the 8 heads. `last` masks the final vector's
+// dims at the end of the row (masked lanes load 0 and are not stored); kFull chunks use plain loads and stores
+// (masked ones are slow on AMD).
+template <int kVectors, bool kFull>
 DSFLASH_AVX512 inline void pv_chunk(const PvBlock& b, int64_t d, __mmask16 last, float* num, int64_t num_stride) {
+  auto load = [&](const float* from, int v) DSFLASH_AVX512 {
+    return kFull || v + 1 < kVectors ? _mm512_loadu_ps(from + 16 * v) : _mm512_maskz_loadu_ps(last, from + 16 * v);
+  };
   __m512 acc[kGroupHeads * kVectors];  // [head][vector], flat: GCC keeps a flat array of vectors in registers
-#pragma GCC unroll 16
+#pragma GCC unroll 24
   for (int i = 0; i < kGroupHeads * kVectors; ++i) acc[i] = _mm512_setzero_ps();
   for (int j = 0; j < b.present; ++j) {
     const float* row = b.rows[j] + d;
-    const __m512 r0 = kVectors == 1 ? _mm512_maskz_loadu_ps(last, row) : _mm512_loadu_ps(row);
-    const __m512 r1 = kVectors == 1 ? r0 : _mm512_maskz_loadu_ps(last, row + 16);
+    __m512 r[kVectors];
+#pragma GCC unroll 3
+    for (int v = 0; v < kVectors; ++v) r[v] = load(row, v);
     const float* p = b.p + j * kGroupHeads;
 #pragma GCC unroll 8
     for (int g = 0; g < kGroupHeads; ++g) {
       const __m512 pg = _mm512_set1_ps(p[g]);
-      acc[g * kVectors] = _mm512_add_ps(acc[g * kVectors], _mm512_mul_ps(pg, r0));
-      if constexpr (kVectors == 2) acc[g * 2 + 1] = _mm512_add_ps(acc[g * 2 + 1], _mm512_mul_ps(pg, r1));
+#pragma GCC unroll 3
+      for (int v = 0; v < kVectors; ++v) acc[g * kVectors + v] = _mm512_add_ps(acc[g * kVectors + v], _mm512_mul_ps(pg, r[v]));
     }
   }
 #pragma GCC unroll 8
   for (int g = 0; g < kGroupHeads; ++g) {
     const __m512 c = _mm512_set1_ps(b.correction[g]);
     float* n = num + g * num_stride + d;
-    if constexpr (kVectors == 1) {
-      _mm512_mask_storeu_ps(n, last, _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(last, n), c), acc[g]));
-    } else {
-      _mm512_storeu_ps(n, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(n), c), acc[g * 2]));
-      _mm512_mask_storeu_ps(n + 16, last,
-                            _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(last, n + 16), c), acc[g * 2 + 1]));
+#pragma GCC unroll 3
+    for (int v = 0; v < kVectors; ++v) {
+      const __m512 updated = _mm512_add_ps(_mm512_mul_ps(load(n, v), c), acc[g * kVectors + v]);
+      if (kFull || v + 1 < kVectors) _mm512_storeu_ps(n + 16 * v, updated);
+      else _mm512_mask_storeu_ps(n + 16 * v, last, updated);
     }
   }
 }
 
-// PvBlockKernel: chunks of 32 dims (16 accumulators), the rest in one masked chunk of up to 32.
+// PvBlockKernel: chunks of 48 dims (24 accumulators: three row loads and eight p broadcasts per 24 multiplies),
+// the rest in one chunk of up to 3 vectors with the last one masked.
 DSFLASH_AVX512 void pv_block_avx512(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
+  constexpr int64_t kChunk = 48;
   int64_t d = 0;
-  for (; d + 32 <= dim; d += 32) pv_chunk<2>(b, d, 0xffff, num, num_stride);
+  for (; d + kChunk <= dim; d += kChunk) pv_chunk<3, true>(b, d, 0xffff, num, num_stride);
   const int64_t rest = dim - d;
-  if (rest > 16) {
-    pv_chunk<2>(b, d, static_cast<__mmask16>((1u << (rest - 16)) - 1), num, num_stride);
-  } else if (rest > 0) {
-    pv_chunk<1>(b, d, static_cast<__mmask16>((1u << rest) - 1), num, num_stride);
-  }
+  if (rest == 0) return;
+  const int64_t tail = rest % 16;
+  const __mmask16 last = tail == 0 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << tail) - 1);
+  if (rest > 32) pv_chunk<3, false>(b, d, last, num, num_stride);
+  else if (rest > 16) pv_chunk<2, false>(b, d, last, num, num_stride);
+  else pv_chunk<1, false>(b, d, last, num, num_stride);
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 
 namespace dsflash::sparse_attention_impl {
 
-inline constexpr int kHeadLanes = 16;  // heads per scoring group: the lanes of one zmm / two ymm
+inline constexpr int kHeadLanes = 16;   // heads in the lanes of one zmm / two ymm
+inline constexpr int kScoreHeads = 32;  // heads per scoring group: two zmm, so that each broadcast row element
+                                        // serves two multiplies (a broadcast costs a vector slot on some cores)
 inline constexpr int kGroupHeads = 8;  // heads per P·V group: each row chunk is loaded once for 8 heads
 
 // One block of up to 64 list entries for a group of 8 heads of one query, as the P·V kernels consume it:
@@ -29,9 +31,9 @@ struct PvBlock {
 // with mul then add (never fused), i.e. the scalar oracle's sequence for every (head, d).
 using PvBlockKernel = void (*)(const PvBlock& block, int64_t dim, float* num, int64_t num_stride);
 
-// scores of 8 rows for 16 heads: acc[i][l] = Σ_d q_t[d][l] * r[i][d] in d order from 0.0f, mul then add.
-// q_t [dim][16] (the group's queries transposed), r [8] row pointers (duplicates allowed).
-using ScoreRowsKernel = void (*)(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kHeadLanes]);
+// scores of 8 rows for 32 heads: acc[i][l] = Σ_d q_t[d][l] * r[i][d] in d order from 0.0f, mul then add.
+// q_t [dim][32] (the group's queries transposed), r [8] row pointers (duplicates allowed).
+using ScoreRowsKernel = void (*)(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kScoreHeads]);
 inline constexpr int kScoreRows = 8;
 
 struct FastPaths {

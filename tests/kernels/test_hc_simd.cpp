@@ -1,5 +1,5 @@
 // The SIMD fn products of hc_mixes (kernels/hc.h HcMixDots), the vectorised RMS statistic
-// (cascade_sum_squares_avx2) and the AVX2 hc_pre / hc_post against their scalar references, bit for bit, on
+// (cascade_sum_squares_avx2; its plain twin cascade_sum_avx2) and the AVX2 hc_pre / hc_post against their scalar references, bit for bit, on
 // ragged shapes. The data is chosen so
 // that summing in another order, or fusing a product into its add (FMA), changes the bits; the test checks that
 // too, so it cannot pass on data that would hide such a kernel.
@@ -94,7 +94,8 @@ TEST(HcMixDots, SimdEqualsReferenceBitForBit) {
   EXPECT_GT(order_differs, checked / 2);
 }
 
-TEST(HcMixDots, CascadeSumSquaresAvx2BitForBit) {
+// The vector cascade sums (RMSNorm / mHC statistics, the attention softmax denominator) against the scalar ones.
+TEST(HcMixDots, CascadeSumsAvx2BitForBit) {
   std::mt19937 rng(42);
   std::vector<int64_t> sizes;
   for (int64_t n = 0; n <= 300; ++n) sizes.push_back(n);
@@ -105,7 +106,10 @@ TEST(HcMixDots, CascadeSumSquaresAvx2BitForBit) {
     const std::vector<float> x = ragged_values(rng, n);
     const float want = cascade_sum_squares(x.data(), n, kReferenceReduceWidth);
     const float got = cascade_sum_squares_avx2(x.data(), n);
-    ASSERT_TRUE(same_bits(got, want)) << "n " << n << ": " << got << " vs " << want;
+    ASSERT_TRUE(same_bits(got, want)) << "squares, n " << n << ": " << got << " vs " << want;
+    const float want_sum = cascade_sum(x.data(), n, kReferenceReduceWidth);
+    const float got_sum = cascade_sum_avx2(x.data(), n);
+    ASSERT_TRUE(same_bits(got_sum, want_sum)) << "sum, n " << n << ": " << got_sum << " vs " << want_sum;
   }
 }
 

@@ -230,8 +230,8 @@ TEST(SparseAttention, BestIsBitExactWithReferenceOnBatches) {
 }
 
 // The fast tables (AVX2, and AVX-512 where the CPU has it) against the oracle, memcmp of the outputs, on
-// ragged shapes: head counts around the P·V groups of 8 and the score groups of 16; dims with a tail past the
-// vector chunks (72 = 2 x 32 + 8); lists around the 64-entry blocks, with scattered -1 entries, a whole block
+// ragged shapes: head counts around the P·V groups of 8, the score groups of 32 and their 16-lane halves; dims with a tail past the
+// vector chunks (72 = 48 + 16 + 8); lists around the 64-entry blocks, with scattered -1 entries, a whole block
 // of -1 entries (640) or a last block of only -1 (65), and one query of only -1 entries; 1 and 5 queries
 // (each with its own list order); no pool and pools of 1 and 3 threads. Scores spread widely with the larger
 // scale (probabilities underflow through SLEEF's x < -104 branch); heads x block not a multiple of 16 puts the
@@ -240,7 +240,7 @@ TEST(SparseAttention, FastTablesAreBitExactOnRaggedShapes) {
   std::vector<const SparseAttentionKernels*> tables{&avx2_sparse_attention()};
   if (const SparseAttentionKernels* avx512 = avx512_sparse_attention()) tables.push_back(avx512);
   ThreadPool one(1), three(3);
-  for (int heads : {1, 3, 16, 17, 64}) {
+  for (int heads : {1, 3, 16, 17, 33, 64}) {
     for (int64_t dim : {64, 72, 512}) {
       for (int64_t entries : {1, 63, 64, 65, 640}) {
         for (int64_t queries : {1, 5}) {
