@@ -1,7 +1,8 @@
 // The Backend entries that had no benchmark of their own, for every table this CPU runs (kernels/backend.h):
-// act_quant and the fused FP8 linear, rmsnorm, mHC (mixes, pre, post), RoPE rotation and the indexer's scoring
-// call, at the model's shapes (dim 4096, hc 4, 64 heads x 512 with a 64-wide rope tail, indexer 64 heads x 128
-// against 256 keys). Rows: "<entry>/<backend>/tokens:N"; a benchmark, not a test.
+// act_quant and the fused FP8 linear, rmsnorm, mHC (mixes, pre, post), RoPE rotation, the indexer's scoring
+// call and the KV row dequantisation, at the model's shapes (dim 4096, hc 4, 64 heads x 512 with a 64-wide rope
+// tail, indexer 64 heads x 128 against 256 keys, per token the 128 window + 512 compressed rows of 512 that one
+// decode query of one layer attends to). Rows: "<entry>/<backend>/tokens:N"; a benchmark, not a test.
 // Run: build-<you>/bench/bench_backend [--benchmark_filter=rmsnorm]
 #include <benchmark/benchmark.h>
 
@@ -203,6 +204,35 @@ void bm_index_scores_rows(benchmark::State& state, const Backend* b, int64_t tok
                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// One decode query's attention rows per token: 128 window rows (e4m3, ue8m0 per 32) and 512 compressed rows
+// (e2m1, e4m3 per 16) of 512 values each, dequantised to fp32 row by row as the attention gathers them.
+void bm_kv_rows(benchmark::State& state, const Backend* b, int64_t tokens) {
+  constexpr int64_t kHeadDim = 512, kWindowRows = 128, kCompressedRows = 512;
+  std::mt19937 rng(7);
+  const int64_t window_rows = tokens * kWindowRows, compressed_rows = tokens * kCompressedRows;
+  std::vector<uint8_t> codes(static_cast<size_t>(window_rows * kHeadDim)), window_scales(static_cast<size_t>(window_rows * kHeadDim / 32));
+  std::vector<uint8_t> packed(static_cast<size_t>(compressed_rows * kHeadDim / 2)), compressed_scales(static_cast<size_t>(compressed_rows * kHeadDim / 16));
+  for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() % 0x7f);
+  for (uint8_t& s : window_scales) s = static_cast<uint8_t>(110 + rng() % 20);
+  for (uint8_t& c : packed) c = static_cast<uint8_t>(rng());
+  for (uint8_t& s : compressed_scales) s = static_cast<uint8_t>(rng() % 0x7f);
+  std::vector<float> out(static_cast<size_t>((window_rows + compressed_rows) * kHeadDim));
+  for (auto _ : state) {
+    for (int64_t r = 0; r < window_rows; ++r) {
+      b->dequant_window_row(&codes[static_cast<size_t>(r * kHeadDim)], &window_scales[static_cast<size_t>(r * kHeadDim / 32)],
+                            kHeadDim, &out[static_cast<size_t>(r * kHeadDim)]);
+    }
+    for (int64_t r = 0; r < compressed_rows; ++r) {
+      b->dequant_compressed_row(&packed[static_cast<size_t>(r * kHeadDim / 2)],
+                                &compressed_scales[static_cast<size_t>(r * kHeadDim / 16)], kHeadDim,
+                                &out[static_cast<size_t>((window_rows + r) * kHeadDim)]);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(window_rows + compressed_rows),
+                                                benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 using BackendBench = void (*)(benchmark::State&, const Backend*, int64_t);
 
 void register_all() {
@@ -210,7 +240,7 @@ void register_all() {
       {"act_quant", bm_act_quant}, {"linear_fp8", bm_linear_fp8}, {"rmsnorm", bm_rmsnorm},
       {"hc_mixes", bm_hc_mixes},   {"hc_pre", bm_hc_pre},         {"hc_post", bm_hc_post},
       {"rope_rotate", bm_rope_rotate}, {"index_scores", bm_index_scores},
-      {"index_scores_rows", bm_index_scores_rows},
+      {"index_scores_rows", bm_index_scores_rows}, {"kv_rows", bm_kv_rows},
   };
   for (const auto& [entry, fn] : entries) {
     for (const Backend* b : available_backends()) {

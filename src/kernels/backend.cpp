@@ -120,6 +120,8 @@ Backend simd_backend(const char* name) {
       .index_scores_rows = index_scores_rows_packed16,
       .topk_select = best_topk().select,
       .sparse_attention = best_sparse_attention().attend,
+      .dequant_window_row = reference_kv_dequant().window_row,
+      .dequant_compressed_row = reference_kv_dequant().compressed_row,
   };
 }
 
@@ -136,6 +138,10 @@ const Backend* avx512_backend() {
     Backend b = simd_backend<linear_impl::avx512_kernels>("avx512");
     if (IndexScoreRowsKernel exact = index_scores_rows_vnni()) b.index_scores_rows = exact;
     if (hc_mix_dots_avx512() != nullptr) b.hc_mixes = hc_mixes_avx512;
+    if (const KvDequantKernels* kv = avx512_kv_dequant()) {
+      b.dequant_window_row = kv->window_row;
+      b.dequant_compressed_row = kv->compressed_row;
+    }
     return b;
   }();
   return &backend;
@@ -164,6 +170,8 @@ const Backend& reference_backend() {
       .index_scores_rows = index_scores_rows_reference,
       .topk_select = reference_topk().select,
       .sparse_attention = reference_sparse_attention().attend,
+      .dequant_window_row = reference_kv_dequant().window_row,
+      .dequant_compressed_row = reference_kv_dequant().compressed_row,
   };
   return backend;
 }

@@ -5,7 +5,8 @@
 // Tables: reference_backend() is the scalar oracle of every entry (single-threaded: it ignores the pool); the SIMD
 // tables ("avx2", the x86-64-v3 build baseline; "avx512" where the CPU has F/BW/VL/DQ/BF16/VBMI) agree with it bit
 // for bit on every entry except the three matmuls, which agree within the reordering bound documented in
-// kernels/linear.h. An entry without an AVX-512 version is the AVX2 one.
+// kernels/linear.h. An entry without an AVX-512 version is the AVX2 one (the KV row dequantisation of the AVX2
+// table is the scalar oracle: a table lookup and a multiply per value, compiled for the build baseline).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "kernels/hc.h"
 #include "kernels/index_score.h"
+#include "kernels/kv_dequant.h"
 #include "kernels/linear.h"
 #include "kernels/sparse_attention.h"
 
@@ -78,6 +80,10 @@ struct Backend {
 
   // --- sparse attention with the per-head sink (kernels/sparse_attention.h).
   void (*sparse_attention)(const SparseAttentionArgs& args, ThreadPool* pool);
+  // --- its rows from the KV cache bytes (kernels/kv_dequant.h), one row per call: window rows (e4m3, ue8m0
+  // scales per 32) and compressed rows (e2m1, e4m3 scales per 16) -> fp32.
+  WindowRowDequant dequant_window_row;
+  CompressedRowDequant dequant_compressed_row;
 };
 
 // The scalar oracles, single-threaded.

@@ -23,8 +23,8 @@ void WindowRing::restore_slot(int slot, const uint8_t* codes, const uint8_t* sca
   positions_[slot] = tag;
 }
 
-void WindowRing::read_slot(int slot, float* out) const {
-  dequant_e4m3_ue8m0(slot_codes(slot), slot_scales(slot), head_dim_, 32, out);
+void WindowRing::read_slot(int slot, float* out, WindowRowDequant dequant) const {
+  dequant(slot_codes(slot), slot_scales(slot), head_dim_, out);
 }
 
 void WindowRing::clear() { std::fill(positions_, positions_ + window_, int64_t{-1}); }
@@ -71,9 +71,9 @@ const uint8_t* CompressedKv::index_key_row(int64_t entry) const {
   return static_cast<const SequencePages*>(pages_)->index_key(source_, entry);
 }
 
-void CompressedKv::read_kv(int64_t entry, float* out) const {
+void CompressedKv::read_kv(int64_t entry, float* out, CompressedRowDequant dequant) const {
   const uint8_t* row = kv_row(entry);
-  dequant_e2m1_e4m3(row, row + head_dim_ / 2, head_dim_, 16, out);
+  dequant(row, row + head_dim_ / 2, head_dim_, out);
 }
 
 void CompressedKv::read_index_key(int64_t entry, float* out) const {

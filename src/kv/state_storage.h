@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/kv_dequant.h"
 
 namespace dsflash::kv {
 
@@ -52,7 +53,8 @@ class WindowRing {
   int64_t slot_position(int slot) const { return positions_[slot]; }
   bool holds(int64_t position) const { return position >= 0 && positions_[position % window_] == position; }
   // Dequantised row of a slot: out [head_dim] fp32 (bf16-representable values). The slot must be filled.
-  void read_slot(int slot, float* out) const;
+  // dequant: a kernel table's (Backend::dequant_window_row); every one gives the oracle's bits.
+  void read_slot(int slot, float* out, WindowRowDequant dequant = reference_kv_dequant().window_row) const;
   const uint8_t* slot_codes(int slot) const { return codes_ + static_cast<int64_t>(slot) * head_dim_; }
   const uint8_t* slot_scales(int slot) const { return scales_ + static_cast<int64_t>(slot) * (head_dim_ / 32); }
   // Every slot empty (rows are left as they are: an empty slot is never read).
@@ -93,8 +95,9 @@ class CompressedKv {
   // Stored rows of an entry < num_entries(): [kv_bytes] / [index_key_bytes].
   const uint8_t* kv_row(int64_t entry) const;
   const uint8_t* index_key_row(int64_t entry) const;
-  // Dequantised rows (exact): out [head_dim] / [index_head_dim] fp32.
-  void read_kv(int64_t entry, float* out) const;
+  // Dequantised rows (exact): out [head_dim] / [index_head_dim] fp32. dequant: a kernel table's
+  // (Backend::dequant_compressed_row); every one gives the oracle's bits.
+  void read_kv(int64_t entry, float* out, CompressedRowDequant dequant = reference_kv_dequant().compressed_row) const;
   void read_index_key(int64_t entry, float* out) const;
   // Drops entries >= num_entries (clamped to [0, num_entries()]). Blocks stay mapped.
   void truncate(int64_t num_entries);

@@ -791,7 +791,7 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
         const int64_t pos = ring.slot_position(slot);
         if (pos < 0 || pos > start_pos || pos <= start_pos - win || pos < floor) continue;
         float* row = &window_rows[static_cast<size_t>(i * d)];
-        ring.read_slot(slot, row);
+        ring.read_slot(slot, row, ctx.backend->dequant_window_row);
         window_list[static_cast<size_t>(i)] = row;
       }
     }, kGatherGrain);
@@ -805,7 +805,7 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
         std::memcpy(row, &kv[static_cast<size_t>((p - start_pos) * d)], static_cast<size_t>(d) * sizeof(float));
         present[static_cast<size_t>(p - first)] = 1;
       } else if (ring.holds(p)) {
-        ring.read_slot(static_cast<int>(p % win), row);
+        ring.read_slot(static_cast<int>(p % win), row, ctx.backend->dequant_window_row);
         present[static_cast<size_t>(p - first)] = 1;
       }
     }
@@ -881,7 +881,10 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
     {
       ProfileScope profile_scope(ctx.profile, ProfilePhase::kAttention);
       parallel_rows(ctx, static_cast<int64_t>(loaded.size()), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) compressed->read_kv(loaded[static_cast<size_t>(r)], &compressed_rows[static_cast<size_t>(r * d)]);
+        for (int64_t r = r0; r < r1; ++r) {
+          compressed->read_kv(loaded[static_cast<size_t>(r)], &compressed_rows[static_cast<size_t>(r * d)],
+                              ctx.backend->dequant_compressed_row);
+        }
       }, kGatherGrain);
     }
     // [tile, entries] row pointers: window entries, then the compressed ones (nullptr = -1).

@@ -135,7 +135,7 @@ Status AttentionLayer::dspark_attend_block(const float* x, const DSparkAttention
     for (int64_t s = 0; s < slots; ++s) {
       const int64_t pos = ring.slot_position(static_cast<int>(s));
       if (pos < e - window_ || pos >= e) continue;  // empty, or not a context row of this block
-      ring.read_slot(static_cast<int>(s), &ring_rows[static_cast<size_t>(s * d)]);
+      ring.read_slot(static_cast<int>(s), &ring_rows[static_cast<size_t>(s * d)], ctx.backend->dequant_window_row);
       for (int64_t t = 0; t < seg.num_rows; ++t) list[static_cast<size_t>(t * entries + s)] = &ring_rows[static_cast<size_t>(s * d)];
     }
     for (int64_t t = 0; t < seg.num_rows; ++t) {
