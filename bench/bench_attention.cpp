@@ -3,10 +3,12 @@
 // vs fast (1 and 2 threads); the top-k selection of the indexer (k 512 over 16K..1M scores, bf16-valued with
 // ties; 1 and 2 threads) and of the candidate blocks (k 2048 over 131072); the indexer's q·k dot products (64 heads
 // x 128 against 256 keys) and head weighting (32 heads x 16 keys). Prints time per call and the kernel's
-// arithmetic rate; a benchmark, not a test.
+// arithmetic rate; the sparse-attention rows also the fp32 mul+add peak of the same threads measured in the same
+// run (peak_GFLOPs) and the fraction of it reached (vs_peak). A benchmark, not a test.
 // Run: build-<you>/bench/bench_attention [--benchmark_filter=sparse]
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <memory>
 #include <random>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "formats/formats.h"
 #include "kernels/index_score.h"
+#include "kernels/peak_probe.h"
 #include "kernels/sparse_attention.h"
 #include "kernels/topk.h"
 
@@ -56,13 +59,20 @@ void run_sparse(benchmark::State& state, const SparseAttentionKernels& kernels, 
   a.heads = kHeads;
   a.dim = kDim;
   a.scale = 1.0f / 22.627417f;
+  // The limit of this arithmetic (products rounded, then added: no FMA), on the same threads, in this run.
+  const DotPeak peak = measure_dot_peak(pool.get(), 0.1, PeakOps::kFp32MulAdd);
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     kernels.attend(a, pool.get());
     benchmark::DoNotOptimize(in.out.data());
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // q·k and P·V: 2 * 2 * entries * dim flops per (query, head)
-  state.counters["GFLOPs"] = benchmark::Counter(static_cast<double>(4 * kEntries * kDim * kHeads * queries),
-                                                benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  const double flops = static_cast<double>(4 * kEntries * kDim * kHeads * queries);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["peak_GFLOPs"] = peak.gflops;
+  state.counters["vs_peak"] = flops * static_cast<double>(state.iterations()) / seconds * 1e-9 / peak.gflops;
 }
 
 void BM_SparseAttentionReference(benchmark::State& s) { run_sparse(s, reference_sparse_attention(), s.range(0), 1); }

@@ -1,5 +1,8 @@
 #include "kernels/peak_probe.h"
 
+// GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -43,10 +46,52 @@ __attribute__((target("avx2,fma"))) float fma_rounds(int64_t rounds) {
   return s;
 }
 
+// Multiply-then-add pairs on distinct products; x changes every round as far as the compiler knows, so no
+// product is hoisted out of the loop.
+__attribute__((target("avx512f"))) float mul_add_rounds_avx512(int64_t rounds) {
+  __m512 acc[kChains], y[kChains];
+  for (int c = 0; c < kChains; ++c) {
+    acc[c] = _mm512_setzero_ps();
+    y[c] = _mm512_set1_ps(1.0f + static_cast<float>(c) / 64.0f);
+  }
+  __m512 x = _mm512_set1_ps(1.0f / 128);
+  for (int64_t r = 0; r < rounds; ++r) {
+    __asm__ volatile("" : "+v"(x));
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(x, y[c]));
+  }
+  __m512 total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
+  return _mm512_reduce_add_ps(total);
+}
+
+__attribute__((target("avx2"))) float mul_add_rounds_avx2(int64_t rounds) {
+  __m256 acc[kChains], y[kChains];
+  for (int c = 0; c < kChains; ++c) {
+    acc[c] = _mm256_setzero_ps();
+    y[c] = _mm256_set1_ps(1.0f + static_cast<float>(c) / 64.0f);
+  }
+  __m256 x = _mm256_set1_ps(1.0f / 128);
+  for (int64_t r = 0; r < rounds; ++r) {
+    __asm__ volatile("" : "+x"(x));
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(x, y[c]));
+  }
+  __m256 total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = _mm256_add_ps(total, acc[c]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, total);
+  float s = 0;
+  for (float v : lanes) s += v;
+  return s;
+}
+
+bool has_avx512f() { return __builtin_cpu_supports("avx512f"); }
+
 bool has_bf16_dot() { return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f"); }
 
 const char* kBf16Kernel = "avx512bf16 vdpbf16ps";
 const char* kFmaKernel = "avx2 fp32 fma";
+const char* kMulAdd512Kernel = "avx512 fp32 mul+add";
+const char* kMulAdd256Kernel = "avx2 fp32 mul+add";
 
 // Sum of the buffer's 64-bit words (a value the compiler must compute, so every load stays).
 __attribute__((target("avx2"))) uint64_t sum_words(const uint64_t* data, int64_t words) {
@@ -111,15 +156,23 @@ ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
 }
 
 int64_t dot_probe_flops(const std::string& kernel, int64_t iterations) {
-  const int64_t per_instruction = kernel == kBf16Kernel ? 64 : 16;
-  return iterations * kChains * per_instruction;
+  // FLOPs per chain step: a vdpbf16ps (32 products + 32 sums), a 16- or 8-lane mul + add pair, an 8-lane FMA.
+  const int64_t per_step = kernel == kBf16Kernel ? 64 : kernel == kMulAdd512Kernel ? 32 : 16;
+  return iterations * kChains * per_step;
 }
 
-DotPeak measure_dot_peak(ThreadPool* pool, double seconds) {
+DotPeak measure_dot_peak(ThreadPool* pool, double seconds, PeakOps ops) {
   DotPeak peak;
-  const bool bf16 = has_bf16_dot();
-  peak.kernel = bf16 ? kBf16Kernel : kFmaKernel;
-  auto rounds_fn = [bf16](int64_t rounds) { return bf16 ? bf16_dot_rounds(rounds) : fma_rounds(rounds); };
+  float (*rounds_fn)(int64_t) = nullptr;
+  if (ops == PeakOps::kFp32MulAdd) {
+    const bool avx512 = has_avx512f();
+    peak.kernel = avx512 ? kMulAdd512Kernel : kMulAdd256Kernel;
+    rounds_fn = avx512 ? mul_add_rounds_avx512 : mul_add_rounds_avx2;
+  } else {
+    const bool bf16 = has_bf16_dot();
+    peak.kernel = bf16 ? kBf16Kernel : kFmaKernel;
+    rounds_fn = bf16 ? bf16_dot_rounds : fma_rounds;
+  }
   // Calibrate on one thread so the timed run lasts about `seconds`.
   using Clock = std::chrono::steady_clock;
   int64_t rounds = 1 << 16;

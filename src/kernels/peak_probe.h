@@ -15,13 +15,18 @@ namespace dsflash {
 
 struct DotPeak {
   double gflops = 0.0;          // all threads together
-  std::string kernel;           // "avx512bf16 vdpbf16ps" or "avx2 fp32 fma"
+  std::string kernel;           // "avx512bf16 vdpbf16ps", "avx2 fp32 fma", "avx512 fp32 mul+add", "avx2 fp32 mul+add"
   int64_t flops_per_thread = 0; // FLOPs each thread executed in the timed run
   double seconds = 0.0;
 };
 
+// What the probe times: the bf16 dot peak above (the dense-GEMM limit), or fp32 multiply-then-add pairs, never
+// fused (the limit of kernels whose reference numerics round every product, such as sparse attention): 12 chains
+// of AVX-512 mul + add (32 FLOPs per pair), or AVX2 ones (16) without AVX-512 F.
+enum class PeakOps { kBf16Dot, kFp32MulAdd };
+
 // Runs for about `seconds` on every thread of `pool` (null: the calling thread only).
-DotPeak measure_dot_peak(ThreadPool* pool, double seconds = 0.25);
+DotPeak measure_dot_peak(ThreadPool* pool, double seconds = 0.25, PeakOps ops = PeakOps::kBf16Dot);
 
 // The machine's memory read bandwidth, measured now: every thread of `pool` sums its contiguous share of a
 // `bytes`-long buffer (far larger than the caches) with 256-bit loads, `passes` times; the best pass counts

@@ -1,9 +1,10 @@
-// The compute-peak probe: its FLOP accounting (12 chains x 64 FLOPs per vdpbf16ps, 16 per 8-lane FMA) and a
-// positive, finite rate on one thread and on a pool (the rate itself is a measurement, never asserted); the
-// read-bandwidth probe's byte count and a positive rate.
+// The compute-peak probes: their FLOP accounting (12 chains x 64 FLOPs per vdpbf16ps, 16 per 8-lane FMA, 32 / 16
+// per 16- / 8-lane mul + add pair) and a positive, finite rate on one thread and on a pool (the rate itself is a
+// measurement, never asserted); the read-bandwidth probe's byte count and a positive rate.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "kernels/peak_probe.h"
 
@@ -13,6 +14,8 @@ namespace {
 TEST(PeakProbe, CountsTheFlopsItRuns) {
   EXPECT_EQ(dot_probe_flops("avx512bf16 vdpbf16ps", 1000), 1000 * 12 * 64);
   EXPECT_EQ(dot_probe_flops("avx2 fp32 fma", 1000), 1000 * 12 * 16);
+  EXPECT_EQ(dot_probe_flops("avx512 fp32 mul+add", 1000), 1000 * 12 * 32);
+  EXPECT_EQ(dot_probe_flops("avx2 fp32 mul+add", 1000), 1000 * 12 * 16);
 }
 
 TEST(PeakProbe, ReportsAPositiveRateAndItsKernel) {
@@ -25,6 +28,12 @@ TEST(PeakProbe, ReportsAPositiveRateAndItsKernel) {
   const DotPeak two = measure_dot_peak(&pool, 0.02);
   EXPECT_EQ(two.kernel, one.kernel);
   EXPECT_GT(two.gflops, 0.0);
+  // The fp32 multiply-then-add probe (the sparse-attention limit).
+  const DotPeak mul_add = measure_dot_peak(&pool, 0.02, PeakOps::kFp32MulAdd);
+  EXPECT_NE(mul_add.kernel.find("mul+add"), std::string::npos) << mul_add.kernel;
+  EXPECT_GT(mul_add.gflops, 0.0);
+  EXPECT_TRUE(std::isfinite(mul_add.gflops));
+  EXPECT_EQ(mul_add.flops_per_thread % dot_probe_flops(mul_add.kernel, 1), 0);
 }
 
 TEST(PeakProbe, ReadBandwidthCountsWholeStepsAndIsPositive) {
