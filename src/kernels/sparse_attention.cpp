@@ -341,15 +341,24 @@ void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t
   });
 }
 
-// Two phases per chunk of queries: scores over (query, group of 32 heads), then softmax and P·V over (query,
-// group of 8 heads), so that one decode query (64 heads) still gives the threads 2 and 8 items. The chunk
-// bounds the score buffer [chunk, heads, num_entries] to about 4 MB.
+// Per chunk of queries, where the (query, group of 32 heads) items keep every thread busy: one parallel pass over
+// them; query by query, a range of items scores its heads, then runs their softmax and P·V (groups of 8 heads) on
+// the scores it just wrote, so no barrier separates the phases and the scores stay in the cache of the thread
+// that made them (one decode query on 2 threads: ~13% faster than two passes). With more threads than those
+// items (one decode query on a big machine), two passes: scores over the items, then softmax and P·V over (query,
+// group of 8 heads), 4x the items. The chunk bounds the score buffer [chunk, heads, num_entries] to about 4 MB.
 void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPool* pool) {
   constexpr int64_t kScoreBudget = int64_t{1} << 20;  // floats
   const int64_t score_groups_per_query = (a.heads + kScoreHeads - 1) / kScoreHeads;
   const int64_t pv_groups_per_query = (a.heads + kGroupHeads - 1) / kGroupHeads;
   const int64_t per_query = a.heads * std::max<int64_t>(a.num_entries, 1);
   const int64_t chunk = std::clamp<int64_t>(kScoreBudget / per_query, 1, std::max<int64_t>(a.num_queries, 1));
+  // The P·V items of the heads of score items [0, item): a score group's heads are whole P·V groups.
+  static_assert(kScoreHeads % kGroupHeads == 0);
+  auto pv_item = [&](int64_t item) {
+    return item / score_groups_per_query * pv_groups_per_query +
+           std::min(item % score_groups_per_query * (kScoreHeads / kGroupHeads), pv_groups_per_query);
+  };
   ThreadScratch caller(pool, 0);
   const std::span<float> scores = caller.take<float>(static_cast<size_t>(chunk * per_query));  // [chunk, heads, entries]
   auto run = [&](int64_t items, ThreadPool::RangeFn fn) {
@@ -361,7 +370,21 @@ void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPoo
   };
   for (int64_t query0 = 0; query0 < a.num_queries; query0 += chunk) {
     const int64_t n = std::min(chunk, a.num_queries - query0);
-    run(n * score_groups_per_query, [&](int64_t begin, int64_t end, int thread) {
+    const int64_t score_items = n * score_groups_per_query;
+    if (pool == nullptr || pool->num_threads() <= score_items) {
+      run(score_items, [&](int64_t begin, int64_t end, int thread) {
+        ThreadScratch scratch(pool, thread);
+        for_each_query_groups(begin, end, score_groups_per_query, [&](int64_t query, int64_t first, int64_t last) {
+          ArenaScope scope(scratch.arena());
+          const int64_t item_begin = query * score_groups_per_query + first;
+          const int64_t item_end = query * score_groups_per_query + last;
+          score_groups(paths, a, query0, scores.data(), item_begin, item_end, scratch.arena());
+          attend_groups(paths, a, query0, scores.data(), pv_item(item_begin), pv_item(item_end), scratch.arena());
+        });
+      });
+      continue;
+    }
+    run(score_items, [&](int64_t begin, int64_t end, int thread) {
       ThreadScratch scratch(pool, thread);
       score_groups(paths, a, query0, scores.data(), begin, end, scratch.arena());
     });
