@@ -46,10 +46,11 @@ struct SparseAttentionKernels {
 // denominator's Σ p_j in the reference's cascade order, single-threaded.
 const SparseAttentionKernels& reference_sparse_attention();
 // The oracle's bits, faster. Scores: 32 heads in the vector lanes (each lane the oracle's in-order dot
-// product), 8 rows per pass, threads over (query, group of 32 heads). Softmax and P·V: threads over (query,
-// group of 8 heads); per block of 64 entries each head's softmax step as the oracle's (exp vectorised with
-// the same operations), then the group's P·V with each row chunk loaded once for the 8 heads and the
-// accumulators [heads x dims] in registers, every element summed in list order.
+// product), 8 rows per pass. Softmax and P·V per group of 8 heads: per block of 64 entries each head's softmax
+// step as the oracle's (exp vectorised with the same operations), then the group's P·V with each row chunk
+// loaded once for the 8 heads and the accumulators [heads x dims] in registers, every element summed in list
+// order. Threads take (query, group of 32 heads) items and run both phases on them, or, when the pool has more
+// threads than those items, the scores over them and then softmax and P·V over (query, group of 8 heads).
 // best: the AVX-512 table where the CPU has AVX-512 F/BW/VL/DQ, else the AVX2 one (the build baseline).
 const SparseAttentionKernels& best_sparse_attention();
 const SparseAttentionKernels& avx2_sparse_attention();
