@@ -40,6 +40,9 @@ void* operator new(size_t size, std::align_val_t a) {
   return p;
 }
 void* operator new[](size_t size, std::align_val_t a) { return operator new(size, a); }
+// The replaced operator new above takes its memory from malloc / aligned_alloc, so free is the matching release;
+// GCC sees a `new` expression's pointer reach std::free and warns regardless.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
@@ -106,7 +109,9 @@ TEST_P(ForwardAllocations, DecodeStepsOfOneAndOfFourSequences) {
       const int64_t count = allocations_of_forward(*runner_, batch, ctx_, &out, &status);
       ASSERT_TRUE(status.ok()) << status.message();
       ASSERT_EQ(out.rows.size(), static_cast<size_t>(batch_size));
-      if (step > 0) EXPECT_EQ(count, 0) << "decode step " << step;
+      if (step > 0) {
+        EXPECT_EQ(count, 0) << "decode step " << step;
+      }
     }
   }
 }
@@ -123,7 +128,9 @@ TEST_P(ForwardAllocations, PrefillChunkOfAFixedShape) {
     const int64_t count = allocations_of_forward(*runner_, batch, ctx_, &out, &status);
     ASSERT_TRUE(status.ok()) << status.message();
     ASSERT_EQ(out.rows.size(), static_cast<size_t>(kChunk));
-    if (rep > 0) EXPECT_EQ(count, 0) << "prefill chunk " << rep;
+    if (rep > 0) {
+      EXPECT_EQ(count, 0) << "prefill chunk " << rep;
+    }
   }
   EXPECT_GT(workspace_.capacity_bytes(), 0u);
 }
@@ -142,7 +149,9 @@ TEST(WorkspaceArena, GrowsOnceThenReusesItsMemory) {
     }
     auto c = arena.take<double>(50000);
     c[0] = 1.0;
-    if (step == 0) EXPECT_GE(arena.growths(), 1);
+    if (step == 0) {
+      EXPECT_GE(arena.growths(), 1);
+    }
   }
   const int64_t grown = arena.growths();
   allocations.store(0);

@@ -523,7 +523,6 @@ TEST(DSpark, ForwardHiddenRowsPerSegment) {
   ASSERT_TRUE(m.dspark);
   const Recorded r = load_recorded("tiny-a");
   const ComputeContext ctx = reference_ctx();
-  const ModelConfig& config = m.checkpoint->config();
   const int64_t width = m.dspark->hidden_width();
   kv::SequenceLease a = m.open(), b = m.open(), c = m.open();
   RowOptions ask;

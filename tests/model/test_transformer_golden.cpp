@@ -79,7 +79,9 @@ void check_model(const std::string& model) {
                 st.max_abs, st.max_rel, static_cast<long long>(st.top1_agree), static_cast<long long>(rows),
                 st.min_margin_at_flip);
     EXPECT_LE(st.max_abs, kFastTolerance);
-    if (st.top1_agree < rows) EXPECT_LE(st.min_margin_at_flip, 2 * kFastTolerance);
+    if (st.top1_agree < rows) {
+      EXPECT_LE(st.min_margin_at_flip, 2 * kFastTolerance);
+    }
 
     // Fast kernels, free running: the golden greedy ids (decode ids only where our decode rows are comparable).
     auto free = run_scenario(*runners.fast, s, /*follow=*/false);
