@@ -1,9 +1,11 @@
 // Internals shared by the AVX-512 FP8 / MXFP4 linear kernels: linear_avx512.cpp (the tile-major and multi-row
 // paths, the dispatch) and linear_avx512_row_major.cpp (the decode paths on the checkpoint's row-major order).
 // Not part of the kernel contract (kernels/linear.h); included by those two files only.
-// GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -Wmaybe-uninitialized.
+// GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized (the latter at
+// the sanitizer build's -O1).
 #pragma once
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <immintrin.h>
 
