@@ -10,7 +10,7 @@
 #include "formats/formats.h"
 #include "formats/quant.h"
 
-#define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define DSFLASH_AVX512 __attribute__((target("avx512f")))
 
 namespace dsflash {
 namespace {
@@ -73,14 +73,7 @@ const KvDequantKernels& reference_kv_dequant() {
 
 const KvDequantKernels* avx512_kv_dequant() {
   static const KvDequantKernels kernels{"avx512", window_row_avx512, compressed_row_avx512};
-  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return supported ? &kernels : nullptr;
-}
-
-const KvDequantKernels& best_kv_dequant() {
-  const KvDequantKernels* avx512 = avx512_kv_dequant();
-  return avx512 != nullptr ? *avx512 : reference_kv_dequant();
+  return __builtin_cpu_supports("avx512f") ? &kernels : nullptr;
 }
 
 }  // namespace dsflash

@@ -25,7 +25,5 @@ const KvDequantKernels& reference_kv_dequant();
 // int-to-float conversion times 2^-9; NaN codes: the oracle's quiet NaN), e2m1 by a 16-entry vpermps table.
 // nullptr when the CPU lacks AVX-512 F.
 const KvDequantKernels* avx512_kv_dequant();
-// avx512_kv_dequant() where the CPU has it, else the oracles.
-const KvDequantKernels& best_kv_dequant();
 
 }  // namespace dsflash

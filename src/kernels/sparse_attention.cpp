@@ -153,9 +153,9 @@ void block_exp(const float* s, float next_max, int64_t count, int64_t index0, in
   for (j = vector_end; j < count; ++j) probs[j] = std::exp(s[j] - next_max);
 }
 
-// acc[i][l] (l < 16) = Σ_d q_t[d * kScoreHeads + l] * r[i][d] in d order, mul then add (no fma): 4 rows x 16 heads
-// in 8 ymm chains.
-void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kScoreHeads]) {
+// acc[i * kScoreHeads + l] (l < 16) = Σ_d q_t[d * kScoreHeads + l] * r[i][d] in d order, mul then add (no fma):
+// 4 rows x 16 heads in 8 ymm chains.
+void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float* acc) {
   __m256 a[4][2];
   for (auto& v : a) v[0] = v[1] = _mm256_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
@@ -168,20 +168,15 @@ void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float
     }
   }
   for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(acc[i], a[i][0]);
-    _mm256_storeu_ps(acc[i] + 8, a[i][1]);
+    _mm256_storeu_ps(acc + i * kScoreHeads, a[i][0]);
+    _mm256_storeu_ps(acc + i * kScoreHeads + 8, a[i][1]);
   }
 }
 
 // ScoreRowsKernel for AVX2: 16 ymm cannot hold 8 rows x 32 heads, so four passes of 4 rows x 16 heads.
 void score_rows_avx2(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kScoreHeads]) {
-  for (int rows = 0; rows < kScoreRows; rows += 4) {
-    for (int lanes = 0; lanes < kScoreHeads; lanes += kHeadLanes) {
-      float part[4][kScoreHeads];
-      score_four_rows(q_t + lanes, r + rows, dim, part);
-      for (int i = 0; i < 4; ++i) std::copy_n(part[i], kHeadLanes, acc[rows + i] + lanes);
-    }
-  }
+  for (int rows = 0; rows < kScoreRows; rows += 4)
+    for (int lanes = 0; lanes < kScoreHeads; lanes += kHeadLanes) score_four_rows(q_t + lanes, r + rows, dim, &acc[rows][lanes]);
 }
 
 // PvBlockKernel for AVX2: sub-groups of 4 heads x 16 dims (8 ymm accumulators, each row chunk loaded once

@@ -18,7 +18,7 @@ namespace dsflash {
 namespace {
 
 std::vector<const KvDequantKernels*> every_table() {
-  std::vector<const KvDequantKernels*> tables{&reference_kv_dequant(), &best_kv_dequant()};
+  std::vector<const KvDequantKernels*> tables{&reference_kv_dequant()};
   if (const KvDequantKernels* avx512 = avx512_kv_dequant()) tables.push_back(avx512);
   return tables;
 }
