@@ -1,11 +1,14 @@
 // Linear kernels at the real model's shapes (spec/MODEL.md §1-§4): decode (rows 1, 4, 16, 64) and prefill
-// (rows 256), for the reference and every fast kernel set this CPU runs.
+// (rows 256, 2048), for the reference and every fast kernel set this CPU runs.
 //
 // Decode is bound by reading the weights, so every benchmark also times a plain SIMD read of the same
 // number of weight bytes in the same run, interleaved with the kernel calls, and reports
 //   weight_GBps  weight bytes / kernel time      read_GBps  the same bytes / read time
 //   vs_read      weight_GBps / read_GBps          GFLOPs     2 * rows * out * in / kernel time
-// from the median call of each (best_vs_read: from the fastest call of each).
+// from the median call of each (best_vs_read: from the fastest call of each). Rows >= 16 also time the bf16 dot
+// peak on the same threads in the same run (peak_GFLOPs; vs_peak = GFLOPs / peak_GFLOPs): many rows are bound by
+// the multiplies, not the read (best_vs_peak: from the fastest call). Rows 2048 (one prefill chunk) run for the
+// tile-major FP8 / MXFP4 shapes only.
 // Weights are several copies cycled so that each call reads from memory, not from the 32 MB L3; the "_cached"
 // shapes instead read one L2-resident copy, which shows what the kernel computes when memory is not the limit.
 // Run: build-<you>/bench/bench_linear [--threads=N] [--benchmark_filter=avx512] [--benchmark_repetitions=3]
@@ -25,6 +28,7 @@
 #include "core/thread_pool.h"
 #include "kernels/linear.h"
 #include "kernels/linear_impl.h"
+#include "kernels/peak_probe.h"
 
 namespace dsflash {
 namespace {
@@ -219,7 +223,14 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   state.counters["read_GBps"] = read_gbps;
   state.counters["vs_read"] = kernel_gbps / read_gbps;
   state.counters["best_vs_read"] = (static_cast<double>(bytes) / best(kernel_s)) / (data_bytes / best(read_s));
-  state.counters["GFLOPs"] = 2.0 * rows * shape.out * shape.in / median(kernel_s) / 1e9;
+  const double gflops = 2.0 * static_cast<double>(rows * shape.out * shape.in) / median(kernel_s) / 1e9;
+  state.counters["GFLOPs"] = gflops;
+  if (rows >= 16) {
+    const DotPeak peak = measure_dot_peak(&pool, 0.1);
+    state.counters["peak_GFLOPs"] = peak.gflops;
+    state.counters["vs_peak"] = gflops / peak.gflops;
+    state.counters["best_vs_peak"] = gflops * median(kernel_s) / best(kernel_s) / peak.gflops;
+  }
 }
 
 void register_all(int threads) {
@@ -230,8 +241,9 @@ void register_all(int threads) {
       for (const bool tiled : {false, true}) {
         // "_tiled": the layout the engine gives this table's FP8/FP4 weights at load.
         if (tiled && (!k->prefers_tile_major || s.format == Format::kBf16 || s.format == Format::kBf16Fp32x)) continue;
-        for (int64_t rows : {1, 4, 16, 64, 256}) {
+        for (int64_t rows : {1, 4, 16, 64, 256, 2048}) {
           if (reference && rows > 1) continue;  // the scalar oracle is only timed at rows = 1
+          if (rows == 2048 && (!tiled || s.cached)) continue;
           std::string name =
               std::string(k->name) + "/" + s.name + (tiled ? "_tiled" : "") + "/rows:" + std::to_string(rows);
           benchmark::RegisterBenchmark(name.c_str(), run_linear, k, s, rows, threads, tiled)

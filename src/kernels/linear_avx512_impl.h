@@ -49,6 +49,10 @@ struct GemmArgs {
   // Every act_scales code is 127 (1.0): the activations carry their scales (prepare_activation_bf16) or have none.
   // rows_chunk then skips the exact multiply by 1.0 (an optimisation only; the bits are the same).
   bool unit_act_scales = false;
+  // With unit_act_scales from e4m3 codes: the multi-row path may also fold each chunk's weight scales into its
+  // converted weights where that is exact, given the exponents (code - 127) of the activation scales folded.
+  bool fold_weight_scales = false;
+  int act_exponent_low = 0, act_exponent_high = 0;
   float* y = nullptr;                 // [rows, out]
 };
 

@@ -336,6 +336,63 @@ TEST(LinearFast, FoldedActivationScalesGiveTheUnfoldedBits) {
   }
 }
 
+// The multi-row path may also fold the weight scales into its converted weights, per chunk of 8 blocks, where every
+// product stays a normal fp32 (sa * sw >= 2^-108) and no sum overflows (sa * sw <= 2^100). At the edges: the
+// smallest codes (2^-9 each side, so a product of 2^-18 * sa * sw) with sa * sw at 2^-108 (folds) and 2^-109 (would
+// give subnormal products, which vdpbf16ps flushes: must not fold), and the largest ones at 2^100 and 2^101. Rows
+// run folded (alone) and unfolded (in a batch with one row whose scale forbids folding): the same bits.
+TEST(LinearFast, FoldedWeightScalesGiveTheUnfoldedBits) {
+  struct Edge {
+    int act_exponent, weight_exponent;  // chunk 0's weight scales; chunk 1's are one more (high) or one less (low)
+    int step;
+  };
+  for (const LinearKernels* k : fast_kernels()) {
+    std::mt19937 rng(58);
+    for (const Edge edge : {Edge{-50, -58, -1}, Edge{50, 50, 1}}) {
+      // 16 blocks: two chunks; 128 rows besides row 0, the fewest the multi-row path folds weight scales for.
+      const int64_t rows = 129, out = 48, in = 512;
+      // Every code the smallest (2^-9) or the largest (448), random signs: the edge's products and nothing else.
+      const uint8_t magnitude = edge.step < 0 ? 0x01 : 0x7e;
+      auto x = test::random_fp8_acts(rng, rows, in);
+      for (uint8_t& c : x.codes) c = static_cast<uint8_t>(magnitude | (rng() & 0x80));
+      std::fill(x.scales.begin(), x.scales.end(), static_cast<uint8_t>(127 + edge.act_exponent));
+      x.scales[0] = 228;  // row 0, block 0: 2^101, no folding for a batch with it
+      auto w8 = test::random_fp8_weight(rng, out, in);
+      auto w4 = test::random_fp4_weight(rng, out, in);
+      for (uint8_t& c : w8.codes) c = static_cast<uint8_t>(magnitude | (rng() & 0x80));
+      for (int64_t b = 0; b < in / 32; ++b) {
+        const auto code = static_cast<uint8_t>(127 + edge.weight_exponent + (b >= 8 ? edge.step : 0));
+        for (int64_t o = 0; o < out; ++o) {
+          if (o % 32 == 0) w8.scales[(o / 32) * (in / 32) + b] = code;
+          w4.scales[o * (in / 32) + b] = code;
+        }
+      }
+      for (const bool tiled : {false, true}) {
+        auto b8 = w8;
+        auto b4 = w4;
+        if (tiled) {
+          repack_fp8_tile_major(w8.codes.data(), out, in, b8.codes.data());
+          repack_fp4_tile_major(w4.packed.data(), out, in, b4.packed.data());
+          repack_fp4_scales_tile_major(w4.scales.data(), out, in, b4.scales.data());
+        }
+        Fp8Weight v8 = b8.view();
+        Fp4Weight v4 = b4.view();
+        v8.tile_major = v4.tile_major = tiled;
+        const std::string where = std::string(k->name) + " act 2^" + std::to_string(edge.act_exponent) +
+                                  (tiled ? " tile-major" : "");
+        const Fp8Activations rest{x.codes.data() + in, x.scales.data() + in / 32, rows - 1, in};
+        std::vector<float> batch(static_cast<size_t>(rows * out)), folded(static_cast<size_t>((rows - 1) * out));
+        k->fp8_gemm(x.view(), v8, batch.data(), nullptr);
+        k->fp8_gemm(rest, v8, folded.data(), nullptr);
+        EXPECT_TRUE(std::equal(folded.begin(), folded.end(), batch.begin() + out)) << where << " fp8";
+        k->fp4_gemm(x.view(), v4, batch.data(), nullptr);
+        k->fp4_gemm(rest, v4, folded.data(), nullptr);
+        EXPECT_TRUE(std::equal(folded.begin(), folded.end(), batch.begin() + out)) << where << " fp4";
+      }
+    }
+  }
+}
+
 // Small dyadic values: every block sum is exact, so any layout, scale or order slip shows as a mismatch.
 TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
   const uint8_t e4m3_small[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
