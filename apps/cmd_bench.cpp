@@ -1,5 +1,5 @@
 // `dsflash bench -m DIR`: end-to-end speed and memory figures in the style of llama-bench
-// (| model | size | params | test | t/s |, mean ± sd over repetitions), measured side by side in one run:
+// (| model | size | params | kernels | test | t/s |, mean ± sd over repetitions), measured side by side in one run:
 //   ppN default / exact   prefill tokens/s of an N-token prompt with the CED bounded-replay plan and the official
 //                         full forward, and their cost ratio (default time / exact time, same prompt);
 //   tgN bB @ dD           decode tokens/s of B sequences decoding together at context depth D (B * N / time), D the
@@ -72,6 +72,7 @@ struct BenchOptions {
   int64_t chunk = 2048;
   int repetitions = 2;
   int threads = 0;
+  std::string backend;
   bool mlock = false;
   bool pin_threads = false;
   int64_t reserve_context = 1048576;
@@ -234,6 +235,7 @@ int run_bench(const BenchOptions& o) {
   const auto run_start = std::chrono::steady_clock::now();
   LoadOptions lo;
   lo.num_threads = o.threads;
+  lo.backend = o.backend;
   lo.pin_threads = o.pin_threads;
   lo.lock_weights = o.mlock;
   lo.kv_budget_bytes = int64_t{64} << 30;  // generous (pages are only backed when written)
@@ -262,6 +264,7 @@ int run_bench(const BenchOptions& o) {
   j["params"] = info.parameters;
   j["repetitions"] = o.repetitions;
   j["threads"] = o.threads;
+  j["kernels"] = info.kernels;
   std::vector<std::array<std::string, 2>> rows;  // test, t/s
   auto fail = [](const EngineError& e) {
     std::cerr << "dsflash bench: " << e.message << "\n";
@@ -612,10 +615,10 @@ int run_bench(const BenchOptions& o) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("| model | size | params | test | t/s |\n| --- | ---: | ---: | --- | ---: |\n");
+  std::printf("| model | size | params | kernels | test | t/s |\n| --- | ---: | ---: | --- | --- | ---: |\n");
   for (const auto& [test, value] : rows) {
-    std::printf("| %s | %s | %s | %s | %s |\n", model_name.c_str(), size_text, params_text, test.c_str(),
-                value.c_str());
+    std::printf("| %s | %s | %s | %s | %s | %s |\n", model_name.c_str(), size_text, params_text,
+                info.kernels.c_str(), test.c_str(), value.c_str());
   }
   return 0;
 }
@@ -637,6 +640,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--chunk", options->chunk, "prefill chunk (tokens)");
   cmd->add_option("-r,--repetitions", options->repetitions, "repetitions per figure");
   cmd->add_option("-t,--threads", options->threads, "worker threads (0: one per hardware thread)");
+  cmd->add_option("--backend", options->backend, "fast kernel table: avx512, amx (AMX tiles: faster prefill and batches, slower one-row decode), avx2; default: the CPU's best");
   cmd->add_flag("--pin-threads", options->pin_threads, "pin each worker thread to one CPU, spread over the NUMA nodes");
   cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock; needs ulimit -l or root)");
   cmd->add_option("--reserve-context", options->reserve_context, "context whose global-KV reservation is reported");

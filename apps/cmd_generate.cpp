@@ -26,6 +26,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     std::vector<std::string> stops;
     bool reference = false, ids = false, stats = false, exact = false, no_prefix_cache = false;
     int threads = 0;
+    std::string backend;
     bool mlock = false;
     int speculative = 0;
     std::string cache_dir;
@@ -50,6 +51,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--ids", options->ids, "print token ids (one per line) instead of text");
   cmd->add_flag("--stats", options->stats, "print prefill/decode timings to stderr");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
+  cmd->add_option("--backend", options->backend, "fast kernel table: avx512, amx (AMX tiles: faster prefill and batches, slower one-row decode), avx2; default: the CPU's best");
   cmd->add_flag("--exact", options->exact, "official full forward (all layers on all prompt tokens)");
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
   cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock; needs ulimit -l or root)");
@@ -67,6 +69,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     load.cache_dir = options->cache_dir;
     load.cache_disk_bytes = options->cache_disk_bytes;
     load.reference_kernels = options->reference;
+    load.backend = options->backend;
     load.num_threads = options->threads;
     load.lock_weights = options->mlock;
     auto engine = Engine::load(options->model_dir, load);

@@ -27,6 +27,7 @@ struct ServeOptions {
   int64_t max_queue = 128;
   int64_t kv_mib = 1024;
   int threads = 0;
+  std::string backend;
   bool mlock = false;
   bool reference = false;
   int64_t cache_disk_bytes = int64_t{16} << 30;
@@ -72,6 +73,7 @@ int run_serve(ServeOptions o) {
 
   LoadOptions load;
   load.reference_kernels = o.reference;
+  load.backend = o.backend;
   load.num_threads = o.threads;
   load.lock_weights = o.mlock;
   load.max_running = static_cast<int>(o.max_batch);
@@ -140,6 +142,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
   cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock; needs ulimit -l or root)");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
+  cmd->add_option("--backend", options->backend, "fast kernel table: avx512, amx (AMX tiles: faster prefill and batches, slower one-row decode), avx2; default: the CPU's best");
   add_speculative_option(cmd, &options->server.speculative);
   cmd->callback([options, exit_code] { *exit_code = run_serve(*options); });
 }

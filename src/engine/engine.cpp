@@ -89,6 +89,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   RunnerOptions runner_options;
   runner_options.reference = options.reference_kernels;
   runner_options.num_threads = options.num_threads;
+  runner_options.backend = options.backend;
   runner_options.pin_threads = options.pin_threads;
   runner_options.lock_weights = options.lock_weights;
   runner_options.tile_major_weights = options.tile_major_weights;
@@ -211,7 +212,8 @@ int64_t Engine::global_kv_bytes_for_positions(int64_t positions) const {
 }
 
 ComputePeak Engine::measure_compute_peak(double seconds) const {
-  const DotPeak peak = measure_dot_peak(impl_->runner->context().pool, seconds);
+  const ComputeContext& ctx = impl_->runner->context();
+  const DotPeak peak = measure_dot_peak(ctx.pool, seconds, ctx.backend->gemm_peak);
   return ComputePeak{peak.gflops, peak.kernel};
 }
 

@@ -11,6 +11,13 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
   auto report = [&](const char* stage, double fraction) {
     if (progress) progress(stage, fraction);
   };
+  const Backend* fast_backend = options.backend.empty() ? &best_backend() : find_backend(options.backend);
+  if (fast_backend == nullptr || fast_backend == &reference_backend()) {
+    std::string names;
+    for (const Backend* b : available_backends())
+      if (b != &reference_backend()) names += std::string(names.empty() ? "" : ", ") + b->name;
+    return Status::Error("kernel backend '" + options.backend + "' is not one this CPU runs (" + names + ")");
+  }
   auto checkpoint = Checkpoint::open(checkpoint_dir);
   if (!checkpoint.ok()) return checkpoint.status();
   report("checkpoint", 0.3);
@@ -34,7 +41,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
       nodes = placement.node_of_thread;  // kernels and the load-time copy split weight rows by node
     }
     runner->pool_ = std::make_unique<ThreadPool>(options.num_threads, cpus, nodes);
-    runner->ctx_ = ComputeContext::for_backend(best_backend(), runner->pool_.get());
+    runner->ctx_ = ComputeContext::for_backend(*fast_backend, runner->pool_.get());
   }
   runner->ctx_.workspace = runner->workspace_.get();
   if (options.tile_major_weights && runner->ctx_.backend->prefers_tile_major) {

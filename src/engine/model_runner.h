@@ -22,6 +22,7 @@ namespace dsflash {
 struct RunnerOptions {
   bool reference = false;  // scalar reference kernels, single-threaded (the oracle)
   int num_threads = 0;     // fast path: 0 = one per hardware thread
+  std::string backend;     // fast path: the kernel table by name (kernels/backend.h find_backend); empty: the default
   bool pin_threads = false;  // pin each worker to one CPU, spread over the NUMA nodes (core/numa_topology.h)
   int64_t kv_budget_bytes = int64_t{8} << 30;  // the runner's own sequences (new_sequence)
   bool lock_weights = false;  // mlock the checkpoint's mappings (Checkpoint::lock_in_memory)

@@ -147,6 +147,23 @@ const Backend* avx512_backend() {
   return &backend;
 }
 
+// "avx512" with the AMX FP8 / MXFP4 GEMMs.
+const Backend* amx_backend() {
+  if (linear_impl::amx_kernels() == nullptr) return nullptr;
+  static const Backend backend = [] {
+    Backend b = *avx512_backend();
+    const Backend amx_linears = simd_backend<linear_impl::amx_kernels>("amx");
+    b.name = amx_linears.name;
+    b.fp8_gemm = amx_linears.fp8_gemm;
+    b.fp4_gemm = amx_linears.fp4_gemm;
+    b.linear_fp8 = amx_linears.linear_fp8;
+    b.linear_fp4 = amx_linears.linear_fp4;
+    b.gemm_peak = PeakOps::kAmxBf16;
+    return b;
+  }();
+  return &backend;
+}
+
 }  // namespace
 
 const Backend& reference_backend() {
@@ -179,6 +196,7 @@ const Backend& reference_backend() {
 std::vector<const Backend*> available_backends() {
   std::vector<const Backend*> all;
   if (const Backend* b = avx512_backend()) all.push_back(b);
+  if (const Backend* b = amx_backend()) all.push_back(b);
   if (const Backend* b = avx2_backend()) all.push_back(b);
   all.push_back(&reference_backend());
   return all;
@@ -187,6 +205,12 @@ std::vector<const Backend*> available_backends() {
 const Backend& best_backend() {
   static const Backend& best = *available_backends().front();
   return best;
+}
+
+const Backend* find_backend(std::string_view name) {
+  for (const Backend* b : available_backends())
+    if (name == b->name) return b;
+  return nullptr;
 }
 
 }  // namespace dsflash

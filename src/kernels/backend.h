@@ -7,15 +7,21 @@
 // for bit on every entry except the three matmuls, which agree within the reordering bound documented in
 // kernels/linear.h. An entry without an AVX-512 version is the AVX2 one (the KV row dequantisation of the AVX2
 // table is the scalar oracle: a table lookup and a multiply per value, compiled for the build baseline).
+// "amx" (CPUs with AMX-BF16, chosen by name, never by default) is "avx512" with the FP8 / MXFP4 GEMMs of every
+// row count on AMX tiles: faster from 16 rows up (prefill, batched decode), slower for one row (figures in
+// linear_amx.cpp). Its in-block summation order is the tile unit's, so its bits differ from "avx512"'s where a
+// block's fp32 sum is inexact (within the same bound; a row's result still never depends on its batch).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "kernels/hc.h"
 #include "kernels/index_score.h"
 #include "kernels/kv_dequant.h"
 #include "kernels/linear.h"
+#include "kernels/peak_probe.h"
 #include "kernels/sparse_attention.h"
 
 namespace dsflash {
@@ -84,13 +90,18 @@ struct Backend {
   // scales per 32) and compressed rows (e2m1, e4m3 scales per 16) -> fp32.
   WindowRowDequant dequant_window_row;
   CompressedRowDequant dequant_compressed_row;
+
+  // The dense-compute limit of this table's GEMMs, for speed figures (kernels/peak_probe.h).
+  PeakOps gemm_peak = PeakOps::kBf16Dot;
 };
 
 // The scalar oracles, single-threaded.
 const Backend& reference_backend();
 // The fastest table this CPU runs (chosen once, at first use).
 const Backend& best_backend();
-// Every table this CPU runs, fastest first; always ends with the reference (for tests and benchmarks).
+// Every table this CPU runs, the default first; always ends with the reference (for tests and benchmarks).
 std::vector<const Backend*> available_backends();
+// The table of that name among available_backends(); nullptr when this CPU lacks it or no table has the name.
+const Backend* find_backend(std::string_view name);
 
 }  // namespace dsflash

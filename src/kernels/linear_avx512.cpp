@@ -22,8 +22,11 @@
 // result does not depend on the rows it runs with.
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path
 // (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
+// The "amx" table (amx_kernels(), at the end) is this file's FP8 / MXFP4 GEMM with every row count on the
+// multi-row path and the rows' pass on AMX tiles (linear_amx.cpp) instead of rows_chunk.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/thread_pool.h"
 #include "kernels/linear_avx512_impl.h"
@@ -138,7 +141,6 @@ DSFLASH_AVX512 inline __m512bh activation_pair(const uint16_t* block, int j) {
 // dp(acc, W_j, broadcast(activation pair j)) over the 16 j leaves output o's block partial in lane o (no
 // horizontal reduction), and one converted block serves every row. Activations are plain bf16 [rows, k].
 
-constexpr int kBlocksPerChunk = 8;   // 2 tiles x 8 blocks x 1 KB = 16 KB of scratch, in L1 while rows pass
 constexpr int kRowTile = 8;          // rows sharing each scratch load: 8 x 2 accumulators
 constexpr int64_t kPrefillRowBlock = 256;  // rows per pass over the weights in prefill
 // Folding the weight scales costs ~6 vector ops per converted scratch vector and saves one multiply per row and
@@ -243,9 +245,6 @@ DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* o
   }
 }
 
-// Scratch of one tile for one chunk: [block][pair j] zmm, lane = output.
-using TileScratch = __m512i[kBlocksPerChunk * 16];
-
 // RT rows x NT tiles (1 or 2, adjacent) over the chunk's nb blocks: act = row 0's bf16 at the chunk's first
 // k (row stride k), sa = row 0's scales at the chunk's first block (stride kb), y = row 0 at the first
 // tile's first output. Each scratch load serves RT rows and each broadcast NT tiles, which keeps the loads
@@ -253,11 +252,6 @@ using TileScratch = __m512i[kBlocksPerChunk * 16];
 // in one accumulator per (row, tile) in j order, so a result does not depend on RT, NT or threads. Then
 // y = y + (partial * sa) * sw per block in K order, less the scales already folded into the operands (kScales);
 // y waits in an L1 buffer, so that the accumulators alone fill the registers.
-enum class BlockScales {
-  kActAndWeight,  // y += (partial * sa) * sw
-  kWeight,        // sa folded into the activations: y += partial * sw
-  kNone,          // sw folded into the scratch weights too (fold_weight_scales): y += partial
-};
 template <int RT, int NT, BlockScales kScales>
 DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (*const* sw)[kTile],
                                const uint16_t* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
@@ -341,10 +335,16 @@ DSFLASH_AVX512 void fold_weight_scales(const float (*sw)[kTile], int nb, __m512i
   }
 }
 
-// Tiles [tile_begin, tile_end) of y for all rows, two tiles at a time: per chunk of kBlocksPerChunk blocks,
-// both tiles' weights are converted into the scratch (2 x 8 KB), then every row passes over it.
-template <bool kFp4>
+// Tiles [tile_begin, tile_end) of y for all rows, kTiles at a time: per chunk of kBlocksPerChunk blocks, the
+// tiles' weights are converted into the scratch (8 KB each), then every row passes over it: in rows_chunk (2
+// tiles: 16 KB, in L1), or (kAmx) in amx_rows_chunk (2, or kAmxTilesPerPass from kAmxWideRows rows on: each
+// activation tile load then serves that many weight tiles). A row's result does not depend on kTiles.
+template <bool kFp4, bool kAmx, int kTiles = 2>
 DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  struct NoTiles {
+    explicit NoTiles(int64_t) {}
+  };
+  [[maybe_unused]] const std::conditional_t<kAmx, AmxTiles, NoTiles> amx_tiles(g.rows);  // this thread's tiles
   const LinearDecodeTables& dt = linear_decode_tables();
   const Avx512Tables& at = avx512_tables();
   const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
@@ -366,14 +366,14 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
     return (b / blocks_per_line) * kGroupBytes + (b % blocks_per_line) * block_bytes;
   };
 
-  alignas(64) float sw[2][kBlocksPerChunk][kTile];
-  alignas(64) TileScratch scratch[2];
-  for (int64_t tile = tile_begin; tile < tile_end; tile += 2) {
-    const int nt = static_cast<int>(std::min<int64_t>(2, tile_end - tile));
+  alignas(64) float sw[kTiles][kBlocksPerChunk][kTile];
+  alignas(64) TileScratch scratch[kTiles];
+  for (int64_t tile = tile_begin; tile < tile_end; tile += kTiles) {
+    const int nt = static_cast<int>(std::min<int64_t>(kTiles, tile_end - tile));
     const int64_t o0 = tile * kTile;
-    __mmask16 masks[2];
-    const uint8_t* rows[2][kTile];
-    int64_t rows_o[2][kTile];
+    __mmask16 masks[kTiles];
+    const uint8_t* rows[kTiles][kTile];
+    int64_t rows_o[kTiles][kTile];
     for (int t = 0; t < nt; ++t) {
       const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0 - t * kTile));
       masks[t] = static_cast<__mmask16>((1u << n) - 1);
@@ -381,7 +381,7 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
       for (int i = 0; i < kTile; ++i) rows_o[t][i] = o0 + t * kTile + std::min(i, n - 1);
     }
     if constexpr (kFp4) {
-      for (int t = 2; t < 4; ++t)
+      for (int t = kTiles; t < 2 * kTiles; ++t)  // the next pass's
         if (tile + t < tile_end) prefetch_fp4_scales(g, tile + t);
     }
     for (int64_t b0 = 0; b0 < g.kb; b0 += kBlocksPerChunk) {
@@ -417,8 +417,8 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
         bool have_next = true;
         if (b0 + kBlocksPerChunk < g.kb) {
           for (int i = 0; i < kTile; ++i) next[i] = rows[t][i] + block_offset(b0 + kBlocksPerChunk);
-        } else if (tile + 2 + t < tile_end) {
-          tile_rows(tile + 2 + t, next);
+        } else if (tile + kTiles + t < tile_end) {
+          tile_rows(tile + kTiles + t, next);
         } else {
           have_next = false;
         }
@@ -434,12 +434,21 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
           else convert_block_fp8(src, offsets, scratch[t] + 16 * b, at, lo0, lo1, hi0, hi1);
         }
       }
-      const float(*const sws[2])[kTile] = {sw[0], sw[1]};
+      const float(*sws[kTiles])[kTile];
+      for (int t = 0; t < kTiles; ++t) sws[t] = sw[t];
       const bool first = b0 == 0;
-      // Both tiles' weight scales folded into the scratch (decided per chunk) or neither.
+      // All tiles' weight scales folded into the scratch (decided per chunk) or none.
       bool weights_folded = g.fold_weight_scales;
       for (int t = 0; t < nt && weights_folded; ++t) weights_folded = weight_scales_fold_exactly(g, sw[t], nb);
       for (int t = 0; t < nt && weights_folded; ++t) fold_weight_scales(sw[t], nb, scratch[t]);
+      if constexpr (kAmx) {
+        amx_rows_chunk(scratch, nt, nb, sws, g.act + 32 * b0, g.in, g.act_scales + b0, g.kb, g.y + o0, g.out, g.rows,
+                       first, masks,
+                       weights_folded     ? BlockScales::kNone
+                       : g.unit_act_scales ? BlockScales::kWeight
+                                           : BlockScales::kActAndWeight);
+        continue;
+      }
       int64_t r = 0;
       auto run = [&]<int RT>() DSFLASH_AVX512 {
         const uint16_t* act = g.act + r * g.in + 32 * b0;
@@ -591,7 +600,9 @@ struct NaturalActivations {
   }
 };
 
-template <bool kFp4>
+// kAmx: every row count takes the multi-row path on AMX tiles (a row's result must not depend on the rows it runs
+// with, and TDPBF16PS sums a block in an order of its own, so no row may take the vdpbf16ps paths instead).
+template <bool kFp4, bool kAmx = false>
 void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
                     bool tile_major, float* y, ThreadPool* pool) {
   if (x.rows <= 0 || out <= 0) return;
@@ -634,7 +645,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     }
     return NaturalActivations{&x, fold && x.codes != nullptr};
   };
-  if (tile_major && x.rows <= kTiledDecodeMaxRows) {
+  if (!kAmx && tile_major && x.rows <= kTiledDecodeMaxRows) {
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row.
     const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
     natural_activations(false).prepare(act.data(), 0, x.rows);
@@ -647,7 +658,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     }
     return;
   }
-  if (kFp4 && x.rows <= kFp4DecodeMaxRows) {
+  if (!kAmx && kFp4 && x.rows <= kFp4DecodeMaxRows) {
     // MXFP4 with few rows (decode, or the few tokens an expert gets in batched decode): one conversion
     // in registers serves every row.
     const int64_t groups = (in + 127) / 128;
@@ -665,7 +676,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     }
     return;
   }
-  if (!kFp4 && x.rows == 1 && x.codes != nullptr) {
+  if (!kAmx && !kFp4 && x.rows == 1 && x.codes != nullptr) {
     // FP8 decode: block-pair lane order, converted and multiplied in registers.
     const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(g.npairs * 64));  // block-pair order
     prepare_activation_pairs(*x.codes, g.npairs, act.data());
@@ -673,14 +684,22 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     run_tiles(fp8_decode_tiles);
     return;
   }
-  // Several rows: plain bf16 activations, converted weight tiles shared by all rows.
-  const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
+  // Several rows: plain bf16 activations, converted weight tiles shared by all rows. [rows, in] bf16, and for AMX
+  // zero rows past the end that its 16-row tile loads may read.
+  const int64_t padding_rows = kAmx ? kAmxPaddingRows : 0;
+  const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>((x.rows + padding_rows) * in));
+  std::fill(act.begin() + x.rows * in, act.end(), uint16_t{0});
   const NaturalActivations natural = natural_activations(true);
   if (pool)
     pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { natural.prepare(act.data(), r0, r1); });
   else
     natural.prepare(act.data(), 0, x.rows);
   g.act = act.data();
+  // The tiles per pass: on AMX, 8 once the tile loads of the activations outweigh the scratch's cache misses.
+  auto rows_pass = [](const GemmArgs& part, int64_t tile_begin, int64_t tile_end) {
+    if (kAmx && part.rows >= kAmxWideRows) gemm_tiles_rows<kFp4, kAmx, kAmxTilesPerPass>(part, tile_begin, tile_end);
+    else gemm_tiles_rows<kFp4, kAmx>(part, tile_begin, tile_end);
+  };
   if (pool && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
     pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) {
@@ -689,7 +708,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
       part.act += r0 * in;
       part.act_scales += r0 * g.kb;
       part.y += r0 * g.out;
-      gemm_tiles_rows<kFp4>(part, 0, tiles);
+      rows_pass(part, 0, tiles);
     });
     return;
   }
@@ -701,7 +720,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     part.act += r0 * in;
     part.act_scales += r0 * g.kb;
     part.y += r0 * g.out;
-    auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles_rows<kFp4>(part, begin, end); };
+    auto body = [&](int64_t begin, int64_t end, int) { rows_pass(part, begin, end); };
     if (pool) pool->parallel_for_nodes(tiles, body);
     else body(0, tiles, 0);
   }
@@ -729,6 +748,16 @@ void fp8_as_bf16_gemm_avx512(const float* x, int64_t rows, const Fp8Weight& w, f
                         w.tile_major, y, pool);
 }
 
+void fp8_gemm_amx(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
+  run_block_gemm<false, true>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.codes, w.scales, w.out, w.in,
+                              w.tile_major, y, pool);
+}
+
+void fp4_gemm_amx(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
+  run_block_gemm<true, true>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.packed, w.scales, w.out, w.in,
+                             w.tile_major, y, pool);
+}
+
 }  // namespace
 
 const LinearKernels* avx512_kernels() {
@@ -738,6 +767,14 @@ const LinearKernels* avx512_kernels() {
   static const LinearKernels kernels{"avx512", true, fp8_gemm_avx512, fp4_gemm_avx512, bf16_gemm_avx512,
                                      fp8_as_bf16_gemm_avx512};
   return supported ? &kernels : nullptr;
+}
+
+// The AVX-512 table with the FP8 / MXFP4 block GEMMs on AMX tiles, every row count (see run_block_gemm); the bf16
+// GEMMs are the AVX-512 ones.
+const LinearKernels* amx_kernels() {
+  static const LinearKernels kernels{"amx", true, fp8_gemm_amx, fp4_gemm_amx, bf16_gemm_avx512,
+                                     fp8_as_bf16_gemm_avx512};
+  return avx512_kernels() != nullptr && amx_usable() ? &kernels : nullptr;
 }
 
 }  // namespace dsflash::linear_impl

@@ -132,6 +132,43 @@ DSFLASH_AVX512 inline void prefetch_fp4_scales(const GemmArgs& g, int64_t tile) 
   const int64_t bytes = std::min<int64_t>(kTile, g.out - o0) * g.kb;
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(base + off), _MM_HINT_T0);
 }
+// ---- Multi-row path (gemm_tiles_rows in linear_avx512.cpp) ----
+constexpr int kBlocksPerChunk = 8;  // 2 tiles x 8 blocks x 1 KB = 16 KB of scratch, in L1 while rows pass
+// Scratch of one tile for one chunk: [block][pair j] zmm, lane = output o's bf16 pair (k = 2j, 2j+1) as a dword.
+// One block of it is also an AMX B tile: 16 rows (j) of 64 bytes in the VNNI pair layout TDPBF16PS reads.
+using TileScratch = __m512i[kBlocksPerChunk * 16];
+// Which scales a block's partial still needs: y = y + (partial * sa) * sw, less those folded into the operands.
+enum class BlockScales {
+  kActAndWeight,  // y += (partial * sa) * sw
+  kWeight,        // sa folded into the activations: y += partial * sw
+  kNone,          // sw folded into the scratch weights too (fold_weight_scales): y += partial
+};
+
+// ---- AMX (linear_amx.cpp) ----
+constexpr int64_t kAmxPaddingRows = 15;
+// Weight tiles per activation tile load from kAmxWideRows rows on (scratch 8 x 8 KB, in L2); 2 below. Measured
+// (bench_linear, 1 thread, rows 2048): 2 tiles per pass kept the tile unit at ~0.07 of its peak (the activations
+// re-read from L3), 4 at ~0.09, 8 at ~0.11-0.12; for one row, 8 took 2.2x the time of 2.
+constexpr int kAmxTilesPerPass = 8;
+constexpr int64_t kAmxWideRows = 16;
+// The multi-row path's chunk step on AMX tiles, for all `rows` rows, in groups of 16 (act must have
+// kAmxPaddingRows readable rows past `rows`; their results are dropped): per block, TDPBF16PS forms the 16 x 16
+// block partials of 16 rows and one weight tile from a fresh zero tile, then y = y + (partial * sa) * sw as
+// rows_chunk does. Same arguments as rows_chunk, plus `nt` adjacent weight tiles (1..kAmxTilesPerPass). The
+// calling thread configures its tiles first (AmxTiles).
+void amx_rows_chunk(const TileScratch* scratch, int nt, int nb, const float (*const* sw)[kTile], const uint16_t* act,
+                    int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out, int64_t rows, bool first,
+                    const __mmask16* masks, BlockScales scales);
+// The tile configuration amx_rows_chunk expects for `rows` rows, held by the calling thread for the object's
+// lifetime.
+class AmxTiles {
+ public:
+  explicit AmxTiles(int64_t rows);
+  ~AmxTiles();
+  AmxTiles(const AmxTiles&) = delete;
+  AmxTiles& operator=(const AmxTiles&) = delete;
+};
+
 // ---- Decode paths on row-major weights (linear_avx512_row_major.cpp) ----
 constexpr int64_t kFp4DecodeMaxRows = 4;  // up to here one register conversion beats the scratch path
 

@@ -146,6 +146,7 @@ namespace linear_impl {
 std::vector<const LinearKernels*> available_kernels() {
   std::vector<const LinearKernels*> all;
   if (const LinearKernels* k = avx512_kernels()) all.push_back(k);
+  if (const LinearKernels* k = amx_kernels()) all.push_back(k);  // by name only: slower one-row decode
   if (const LinearKernels* k = avx2_kernels()) all.push_back(k);
   all.push_back(&reference_linear_kernels());
   return all;

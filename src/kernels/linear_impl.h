@@ -14,6 +14,14 @@ namespace dsflash::linear_impl {
 const LinearKernels* avx2_kernels();
 // AVX-512 F/BW/VL/DQ + BF16 + VBMI (Zen 4/5, Sapphire Rapids and later). nullptr when absent.
 const LinearKernels* avx512_kernels();
+// The AVX-512 table with the FP8 / MXFP4 GEMMs on AMX-BF16 tiles (Sapphire Rapids and later, where the OS grants
+// tile data). nullptr when absent.
+const LinearKernels* amx_kernels();
+// The CPU has AMX-BF16 and the OS lets this process use tile data (asked once, process-wide).
+bool amx_usable();
+// The peak probe's AMX loop (kernels/peak_probe.h): `rounds` x 12 TDPBF16PS of 16 x 16 x 32 on 4 independent
+// accumulator tiles, registers only; returns a value that depends on the results. Only where amx_usable().
+float amx_dot_rounds(int64_t rounds);
 
 // The AVX-512 BF16 linear (linear_avx512_bf16.cpp): vdpbf16ps when every activation is a bf16 value, fp32 FMAs
 // otherwise. Call only where avx512_kernels() is not nullptr.
@@ -24,7 +32,7 @@ bool bf16_exact_avx512(const float* x, int64_t n);
 // x rows [r0, r1) (fp32 holding bf16 values) -> their bf16 bits, out [rows, k_pad], zero past k (exact).
 void narrow_bf16_rows_avx512(const float* x, int64_t k, int64_t k_pad, uint16_t* out, int64_t r0, int64_t r1);
 
-// Every table this CPU runs, fastest first (always ends with the reference).
+// Every table this CPU runs, the default first (always ends with the reference).
 std::vector<const LinearKernels*> available_kernels();
 
 // Threading of the BF16 GEMMs, shared by the ISA files: outputs in groups of 4, split over threads in chunks

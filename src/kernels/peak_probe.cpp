@@ -1,5 +1,7 @@
 #include "kernels/peak_probe.h"
 
+#include "kernels/linear_impl.h"
+
 // GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -81,6 +83,7 @@ const char* kBf16Kernel = "avx512bf16 vdpbf16ps";
 const char* kFmaKernel = "avx2 fp32 fma";
 const char* kMulAdd512Kernel = "avx512 fp32 mul+add";
 const char* kMulAdd256Kernel = "avx2 fp32 mul+add";
+const char* kAmxKernel = "amx-bf16 tdpbf16ps";
 
 // Sum of the buffer's 64-bit words (a value the compiler must compute, so every load stays).
 __attribute__((target("avx2"))) uint64_t sum_words(const uint64_t* data, int64_t words) {
@@ -145,15 +148,22 @@ ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
 }
 
 int64_t dot_probe_flops(const std::string& kernel, int64_t iterations) {
-  // FLOPs per chain step: a vdpbf16ps (32 products + 32 sums), a 16- or 8-lane mul + add pair, an 8-lane FMA.
-  const int64_t per_step = kernel == kBf16Kernel ? 64 : kernel == kMulAdd512Kernel ? 32 : 16;
+  // FLOPs per chain step: a vdpbf16ps (32 products + 32 sums), a 16- or 8-lane mul + add pair, an 8-lane FMA, a
+  // TDPBF16PS of 16 x 16 outputs x 32 products.
+  const int64_t per_step = kernel == kAmxKernel         ? 2 * 16 * 16 * 32
+                           : kernel == kBf16Kernel      ? 64
+                           : kernel == kMulAdd512Kernel ? 32
+                                                        : 16;
   return iterations * kChains * per_step;
 }
 
 DotPeak measure_dot_peak(ThreadPool* pool, double seconds, PeakOps ops) {
   DotPeak peak;
   float (*rounds_fn)(int64_t) = nullptr;
-  if (ops == PeakOps::kFp32MulAdd) {
+  if (ops == PeakOps::kAmxBf16 && linear_impl::amx_usable()) {
+    peak.kernel = kAmxKernel;
+    rounds_fn = linear_impl::amx_dot_rounds;
+  } else if (ops == PeakOps::kFp32MulAdd) {
     const bool avx512 = has_avx512f();
     peak.kernel = avx512 ? kMulAdd512Kernel : kMulAdd256Kernel;
     rounds_fn = avx512 ? mul_add_rounds_avx512 : mul_add_rounds_avx2;

@@ -319,6 +319,16 @@ TEST_F(EngineTest, BadRequestsGiveTypedErrors) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code, ErrorCode::kLoad);
   EXPECT_NE(missing.error().message.find("does not exist"), std::string::npos);
+
+  // A kernel table this CPU lacks (or no table of that name): a load error that lists the ones it has.
+  LoadOptions unknown_backend;
+  unknown_backend.backend = "no-such-table";
+  auto unknown = Engine::load(golden_checkpoint_dir("tiny-a"), unknown_backend);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().code, ErrorCode::kLoad);
+  EXPECT_NE(unknown.error().message.find("'no-such-table' is not one this CPU runs"), std::string::npos)
+      << unknown.error().message;
+  EXPECT_NE(unknown.error().message.find("avx2"), std::string::npos) << unknown.error().message;
 }
 
 }  // namespace

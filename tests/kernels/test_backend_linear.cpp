@@ -35,6 +35,13 @@ TEST(Backend, TablesAreCompleteAndOrdered) {
                 b->linear_fp4 && b->rmsnorm_bf16 && b->hc_mixes && b->hc_pre && b->hc_post && b->rope_rotate &&
                 b->index_scores && b->index_scores_rows && b->topk_select && b->sparse_attention)
         << b->name;
+    EXPECT_EQ(find_backend(b->name), b) << b->name;
+  }
+  EXPECT_EQ(find_backend("no-such-table"), nullptr);
+  // "amx" only by name, never the default; its GEMM limit is the tile unit's.
+  if (const Backend* amx = find_backend("amx")) {
+    EXPECT_NE(amx, &best_backend());
+    EXPECT_EQ(amx->gemm_peak, PeakOps::kAmxBf16);
   }
 }
 

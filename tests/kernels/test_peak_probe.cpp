@@ -1,11 +1,12 @@
 // The compute-peak probes: their FLOP accounting (12 chains x 64 FLOPs per vdpbf16ps, 16 per 8-lane FMA, 32 / 16
-// per 16- / 8-lane mul + add pair) and a positive, finite rate on one thread and on a pool (the rate itself is a
-// measurement, never asserted); the read-bandwidth probe's byte count and a positive rate.
+// per 16- / 8-lane mul + add pair, 16384 per TDPBF16PS) and a positive, finite rate on one thread and on a pool
+// (the rate itself is a measurement, never asserted); the read-bandwidth probe's byte count and a positive rate.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
+#include "kernels/linear_impl.h"
 #include "kernels/peak_probe.h"
 
 namespace dsflash {
@@ -16,6 +17,17 @@ TEST(PeakProbe, CountsTheFlopsItRuns) {
   EXPECT_EQ(dot_probe_flops("avx2 fp32 fma", 1000), 1000 * 12 * 16);
   EXPECT_EQ(dot_probe_flops("avx512 fp32 mul+add", 1000), 1000 * 12 * 32);
   EXPECT_EQ(dot_probe_flops("avx2 fp32 mul+add", 1000), 1000 * 12 * 16);
+  EXPECT_EQ(dot_probe_flops("amx-bf16 tdpbf16ps", 1000), int64_t{1000} * 12 * 16 * 16 * 32 * 2);
+}
+
+// The AMX probe where the CPU and OS allow tiles, the bf16 dot probe (and says so) elsewhere.
+TEST(PeakProbe, AmxProbeRunsWhereTilesAreUsableAndFallsBackElsewhere) {
+  ThreadPool pool(2);
+  const DotPeak amx = measure_dot_peak(&pool, 0.02, PeakOps::kAmxBf16);
+  EXPECT_EQ(amx.kernel, linear_impl::amx_usable() ? "amx-bf16 tdpbf16ps" : measure_dot_peak(nullptr, 0.01).kernel);
+  EXPECT_GT(amx.gflops, 0.0);
+  EXPECT_TRUE(std::isfinite(amx.gflops));
+  EXPECT_EQ(amx.flops_per_thread % dot_probe_flops(amx.kernel, 1), 0);
 }
 
 TEST(PeakProbe, ReportsAPositiveRateAndItsKernel) {

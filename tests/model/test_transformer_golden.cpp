@@ -1,8 +1,8 @@
 // End to end on every golden checkpoint and scenario (tiny-a, tiny-b, tiny-c; DSFLASH_SHARED_DIR/goldens):
 //   * reference kernels (the oracle): every comparable logits row bit for bit;
-//   * fast kernels (SIMD, threads): --exact --follow rows within kFastTolerance, top-1 agreement except where the
-//     golden top1-top2 margin is below the tolerance, and free-running greedy ids equal to the golden ids up to the
-//     first step whose golden margin is below the tolerance;
+//   * fast kernels (every SIMD table this CPU runs, threads): --exact --follow rows within kFastTolerance, top-1
+//     agreement except where the golden top1-top2 margin is below the tolerance, and free-running greedy ids equal
+//     to the golden ids up to the first step whose golden margin is below the tolerance;
 //   * chunked prefill (several calls with start_pos > 0) gives what one prefill gives.
 // Comparable rows: all rows of the index_k_fix variants; the prefill rows of the official variant (see
 // golden_runs.h and spec/MODEL.md "Decisions for dsflash").
@@ -30,7 +30,8 @@ using namespace dsflash::testing;
 constexpr float kFastTolerance = 0.05f;
 
 struct Runners {
-  std::unique_ptr<ModelRunner> reference, fast;
+  std::unique_ptr<ModelRunner> reference;
+  std::vector<std::unique_ptr<ModelRunner>> fast;  // one per SIMD table this CPU runs (kernels/backend.h)
 };
 
 Runners& runners_for(const std::string& model) {
@@ -44,9 +45,13 @@ Runners& runners_for(const std::string& model) {
     if (ref.ok()) r.reference = std::move(*ref);
     options.reference = false;
     options.num_threads = 2;
-    auto fast = ModelRunner::open(golden_checkpoint_dir(model), options);
-    EXPECT_TRUE(fast.ok()) << fast.status().message();
-    if (fast.ok()) r.fast = std::move(*fast);
+    for (const Backend* backend : available_backends()) {
+      if (backend == &reference_backend()) continue;
+      options.backend = backend->name;
+      auto fast = ModelRunner::open(golden_checkpoint_dir(model), options);
+      EXPECT_TRUE(fast.ok()) << fast.status().message();
+      if (fast.ok()) r.fast.push_back(std::move(*fast));
+    }
   }
   return r;
 }
@@ -54,7 +59,7 @@ Runners& runners_for(const std::string& model) {
 void check_model(const std::string& model) {
   if (!goldens_present()) GTEST_SKIP() << "goldens not found under " << goldens_dir();
   Runners& runners = runners_for(model);
-  ASSERT_TRUE(runners.reference && runners.fast);
+  ASSERT_TRUE(runners.reference && !runners.fast.empty());
   for (const std::string& name : golden_scenarios(model)) {
     SCOPED_TRACE(model + " " + name);
     const GoldenScenario s = load_scenario(model, name);
@@ -69,34 +74,39 @@ void check_model(const std::string& model) {
                 static_cast<long long>(rows), static_cast<long long>(ref_stats.bit_exact_rows), ref_stats.max_abs);
     EXPECT_EQ(ref_stats.bit_exact_rows, rows);
 
-    // Fast kernels, teacher forced: within the tolerance.
-    auto fast = run_scenario(*runners.fast, s, /*follow=*/true);
-    ASSERT_TRUE(fast.ok()) << fast.status().message();
-    const RowStats st = compare_rows(s, fast->logits, rows);
-    std::printf("[%s %-18s fast     ] rows %3lld  bit-exact %3lld  max|d| %.3g  max|d|/range %.3g  top-1 %lld/%lld"
-                "  (min golden margin at a flip %.3g)\n",
-                model.c_str(), name.c_str(), static_cast<long long>(rows), static_cast<long long>(st.bit_exact_rows),
-                st.max_abs, st.max_rel, static_cast<long long>(st.top1_agree), static_cast<long long>(rows),
-                st.min_margin_at_flip);
-    EXPECT_LE(st.max_abs, kFastTolerance);
-    if (st.top1_agree < rows) {
-      EXPECT_LE(st.min_margin_at_flip, 2 * kFastTolerance);
-    }
+    // Every SIMD table (avx512, amx, avx2 where the CPU has them).
+    for (const std::unique_ptr<ModelRunner>& fast_runner : runners.fast) {
+      const char* kernels = fast_runner->context().backend->name;
+      // Fast kernels, teacher forced: within the tolerance.
+      auto fast = run_scenario(*fast_runner, s, /*follow=*/true);
+      ASSERT_TRUE(fast.ok()) << fast.status().message();
+      const RowStats st = compare_rows(s, fast->logits, rows);
+      std::printf("[%s %-18s %-9s] rows %3lld  bit-exact %3lld  max|d| %.3g  max|d|/range %.3g  top-1 %lld/%lld"
+                  "  (min golden margin at a flip %.3g)\n",
+                  model.c_str(), name.c_str(), kernels, static_cast<long long>(rows),
+                  static_cast<long long>(st.bit_exact_rows),
+                  st.max_abs, st.max_rel, static_cast<long long>(st.top1_agree), static_cast<long long>(rows),
+                  st.min_margin_at_flip);
+      EXPECT_LE(st.max_abs, kFastTolerance);
+      if (st.top1_agree < rows) {
+        EXPECT_LE(st.min_margin_at_flip, 2 * kFastTolerance);
+      }
 
-    // Fast kernels, free running: the golden greedy ids (decode ids only where our decode rows are comparable).
-    auto free = run_scenario(*runners.fast, s, /*follow=*/false);
-    ASSERT_TRUE(free.ok()) << free.status().message();
-    // Official variant: only the id after a prompt prefilled in one call (its single-token steps are not ours).
-    const size_t ids = s.index_k_fix ? s.generated.size()
-                                     : (s.prefill_tokens == static_cast<int64_t>(s.prompt.size()) ? 1 : 0);
-    for (size_t t = 0; t < ids; ++t) {
-      if (free->generated[t] == s.generated[t]) continue;
-      const int64_t row = static_cast<int64_t>(s.prompt.size()) - 1 + static_cast<int64_t>(t);
-      const float margin = top2_margin(s.logits.data() + row * s.vocab, s.vocab);
-      std::printf("[%s %-18s fast     ] greedy id %zu differs (%d vs golden %d); golden top-2 margin %.4g\n",
-                  model.c_str(), name.c_str(), t, free->generated[t], s.generated[t], margin);
-      EXPECT_LT(margin, kFastTolerance) << "greedy id " << t << " differs where the golden margin is large";
-      break;  // after a legitimate divergence the sequences are different prompts
+      // Fast kernels, free running: the golden greedy ids (decode ids only where our decode rows are comparable).
+      auto free = run_scenario(*fast_runner, s, /*follow=*/false);
+      ASSERT_TRUE(free.ok()) << free.status().message();
+      // Official variant: only the id after a prompt prefilled in one call (its single-token steps are not ours).
+      const size_t ids = s.index_k_fix ? s.generated.size()
+                                       : (s.prefill_tokens == static_cast<int64_t>(s.prompt.size()) ? 1 : 0);
+      for (size_t t = 0; t < ids; ++t) {
+        if (free->generated[t] == s.generated[t]) continue;
+        const int64_t row = static_cast<int64_t>(s.prompt.size()) - 1 + static_cast<int64_t>(t);
+        const float margin = top2_margin(s.logits.data() + row * s.vocab, s.vocab);
+        std::printf("[%s %-18s %-9s] greedy id %zu differs (%d vs golden %d); golden top-2 margin %.4g\n",
+                    model.c_str(), name.c_str(), kernels, t, free->generated[t], s.generated[t], margin);
+        EXPECT_LT(margin, kFastTolerance) << "greedy id " << t << " differs where the golden margin is large";
+        break;  // after a legitimate divergence the sequences are different prompts
+      }
     }
   }
 }
