@@ -28,6 +28,32 @@ std::vector<const LinearKernels*> fast_kernels() {
   return all;
 }
 
+// An FP8 and an MXFP4 weight in the checkpoint's order, or as the load-time tile-major copy (tiled).
+struct OrderedWeights {
+  test::Fp8WeightData w8;
+  test::Fp4WeightData w4;
+  bool tiled = false;
+  Fp8Weight fp8() const {
+    Fp8Weight v = w8.view();
+    v.tile_major = tiled;
+    return v;
+  }
+  Fp4Weight fp4() const {
+    Fp4Weight v = w4.view();
+    v.tile_major = tiled;
+    return v;
+  }
+};
+OrderedWeights in_order(const test::Fp8WeightData& w8, const test::Fp4WeightData& w4, bool tiled) {
+  OrderedWeights o{w8, w4, tiled};
+  if (tiled) {
+    repack_fp8_tile_major(w8.codes.data(), w8.out, w8.in, o.w8.codes.data());
+    repack_fp4_tile_major(w4.packed.data(), w4.out, w4.in, o.w4.packed.data());
+    repack_fp4_scales_tile_major(w4.scales.data(), w4.out, w4.in, o.w4.scales.data());
+  }
+  return o;
+}
+
 struct Shape {
   int rows, out, in;
 };
@@ -303,16 +329,9 @@ TEST(LinearFast, FoldedActivationScalesGiveTheUnfoldedBits) {
       auto w8 = test::random_fp8_weight(rng, out, in);
       auto w4 = test::random_fp4_weight(rng, out, in);
       for (const bool tiled : {false, true}) {
-        auto b8 = w8;
-        auto b4 = w4;
-        if (tiled) {
-          repack_fp8_tile_major(w8.codes.data(), out, in, b8.codes.data());
-          repack_fp4_tile_major(w4.packed.data(), out, in, b4.packed.data());
-          repack_fp4_scales_tile_major(w4.scales.data(), out, in, b4.scales.data());
-        }
-        Fp8Weight v8 = b8.view();
-        Fp4Weight v4 = b4.view();
-        v8.tile_major = v4.tile_major = tiled;
+        const OrderedWeights ordered = in_order(w8, w4, tiled);
+        const Fp8Weight v8 = ordered.fp8();
+        const Fp4Weight v4 = ordered.fp4();
         std::vector<float> batch8(static_cast<size_t>(rows * out)), batch4(batch8.size());
         k->fp8_gemm(x.view(), v8, batch8.data(), nullptr);
         k->fp4_gemm(x.view(), v4, batch4.data(), nullptr);
@@ -368,16 +387,9 @@ TEST(LinearFast, FoldedWeightScalesGiveTheUnfoldedBits) {
         }
       }
       for (const bool tiled : {false, true}) {
-        auto b8 = w8;
-        auto b4 = w4;
-        if (tiled) {
-          repack_fp8_tile_major(w8.codes.data(), out, in, b8.codes.data());
-          repack_fp4_tile_major(w4.packed.data(), out, in, b4.packed.data());
-          repack_fp4_scales_tile_major(w4.scales.data(), out, in, b4.scales.data());
-        }
-        Fp8Weight v8 = b8.view();
-        Fp4Weight v4 = b4.view();
-        v8.tile_major = v4.tile_major = tiled;
+        const OrderedWeights ordered = in_order(w8, w4, tiled);
+        const Fp8Weight v8 = ordered.fp8();
+        const Fp4Weight v4 = ordered.fp4();
         const std::string where = std::string(k->name) + " act 2^" + std::to_string(edge.act_exponent) +
                                   (tiled ? " tile-major" : "");
         const Fp8Activations rest{x.codes.data() + in, x.scales.data() + in / 32, rows - 1, in};
