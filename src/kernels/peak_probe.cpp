@@ -85,17 +85,38 @@ const char* kMulAdd512Kernel = "avx512 fp32 mul+add";
 const char* kMulAdd256Kernel = "avx2 fp32 mul+add";
 const char* kAmxKernel = "amx-bf16 tdpbf16ps";
 
-// Sum of the buffer's 64-bit words (a value the compiler must compute, so every load stays).
+// Sum of the buffer's 64-bit words (a value the compiler must compute, so every load stays), with 256-bit loads,
+// optionally prefetching kPrefetchBytes ahead in software as the kernels do.
+constexpr int64_t kPrefetchBytes = 4096;
+template <bool kPrefetch>
 __attribute__((target("avx2"))) uint64_t sum_words(const uint64_t* data, int64_t words) {
   __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
   int64_t i = 0;
-  for (; i + 16 <= words; i += 16)
+  for (; i + 16 <= words; i += 16) {
+    if constexpr (kPrefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(data + i) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(data + i) + kPrefetchBytes + 64, _MM_HINT_T0);
+    }
     for (int c = 0; c < 4; ++c)
       acc[c] = _mm256_add_epi64(acc[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i + 4 * c)));
+  }
   alignas(32) uint64_t lanes[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
                      _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3])));
   uint64_t total = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  for (; i < words; ++i) total += data[i];
+  return total;
+}
+// The same with 512-bit loads and the prefetch (on one Xeon, 512-bit loads read ~20% faster than 256-bit ones).
+__attribute__((target("avx512f"))) uint64_t sum_words_avx512(const uint64_t* data, int64_t words) {
+  __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+  int64_t i = 0;
+  for (; i + 16 <= words; i += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(data + i) + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(data + i) + kPrefetchBytes + 64, _MM_HINT_T0);
+    for (int c = 0; c < 2; ++c) acc[c] = _mm512_add_epi64(acc[c], _mm512_loadu_si512(data + i + 8 * c));
+  }
+  uint64_t total = static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(acc[0], acc[1])));
   for (; i < words; ++i) total += data[i];
   return total;
 }
@@ -131,15 +152,20 @@ ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
   });
   std::vector<uint64_t> sinks(static_cast<size_t>(threads) * 8, 0);
   using Clock = std::chrono::steady_clock;
+  // Every pass times each read loop this CPU runs; the fastest counts (CPUs differ in which one reads fastest).
+  std::vector<uint64_t (*)(const uint64_t*, int64_t)> loops = {sum_words<false>, sum_words<true>};
+  if (has_avx512f()) loops.push_back(sum_words_avx512);
   peak.seconds = 1e30;
   for (int pass = 0; pass < std::max(passes, 1); ++pass) {
-    const auto t0 = Clock::now();
-    over_threads([&](int64_t t) {
-      int64_t begin, end;
-      share(t, &begin, &end);
-      sinks[static_cast<size_t>(t) * 8] += sum_words(buffer.get() + begin, end - begin);
-    });
-    peak.seconds = std::min(peak.seconds, std::chrono::duration<double>(Clock::now() - t0).count());
+    for (const auto loop : loops) {
+      const auto t0 = Clock::now();
+      over_threads([&](int64_t t) {
+        int64_t begin, end;
+        share(t, &begin, &end);
+        sinks[static_cast<size_t>(t) * 8] += loop(buffer.get() + begin, end - begin);
+      });
+      peak.seconds = std::min(peak.seconds, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
   }
   volatile uint64_t sink = 0;
   for (uint64_t v : sinks) sink = sink + v;

@@ -32,8 +32,9 @@ enum class PeakOps { kBf16Dot, kFp32MulAdd, kAmxBf16 };
 DotPeak measure_dot_peak(ThreadPool* pool, double seconds = 0.25, PeakOps ops = PeakOps::kBf16Dot);
 
 // The machine's memory read bandwidth, measured now: every thread of `pool` sums its contiguous share of a
-// `bytes`-long buffer (far larger than the caches) with 256-bit loads, `passes` times; the best pass counts
-// (other load on a shared machine only ever slows a pass). The roofline of a memory-bound step is its weight
+// `bytes`-long buffer (far larger than the caches), `passes` times, each time with every read loop the CPU runs
+// (256-bit loads, the same with a 4 KB software prefetch as the kernels use, 512-bit loads with it); the best pass
+// counts (other load on a shared machine only ever slows a pass; CPUs differ in which loop reads fastest). The roofline of a memory-bound step is its weight
 // bytes over this rate.
 struct ReadPeak {
   double gbps = 0.0;      // bytes / second / 1e9, all threads together
