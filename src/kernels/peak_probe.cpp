@@ -116,7 +116,11 @@ __attribute__((target("avx512f"))) uint64_t sum_words_avx512(const uint64_t* dat
     _mm_prefetch(reinterpret_cast<const char*>(data + i) + kPrefetchBytes + 64, _MM_HINT_T0);
     for (int c = 0; c < 2; ++c) acc[c] = _mm512_add_epi64(acc[c], _mm512_loadu_si512(data + i + 8 * c));
   }
-  uint64_t total = static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(acc[0], acc[1])));
+  // (Lane by lane in uint64_t: _mm512_reduce_add_epi64 adds as signed, and the sums wrap by design.)
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(acc[0], acc[1]));
+  uint64_t total = 0;
+  for (const uint64_t lane : lanes) total += lane;
   for (; i < words; ++i) total += data[i];
   return total;
 }
