@@ -2,7 +2,8 @@
 // (rows 256, 2048), for the reference and every fast kernel set this CPU runs.
 //
 // Decode is bound by reading the weights, so every benchmark also times a plain SIMD read of the same
-// number of weight bytes in the same run, interleaved with the kernel calls, and reports
+// number of weight bytes in the same run, interleaved with the kernel calls (the read probe's loops in turn,
+// kernels/peak_probe.h; the fastest loop's times count), and reports
 //   weight_GBps  weight bytes / kernel time      read_GBps  the same bytes / read time
 //   vs_read      weight_GBps / read_GBps          GFLOPs     2 * rows * out * in / kernel time
 // from the median call of each (best_vs_read: from the fastest call of each). Rows >= 16 also time the bf16 dot
@@ -106,23 +107,13 @@ int64_t weight_bytes(const LinearShape& s) {
   return 0;
 }
 
-// Sum of 64-bit words of [p, p+n) over the pool: what the kernels must at least do to the weight bytes.
-uint64_t read_bytes(const uint8_t* p, int64_t n, ThreadPool& pool) {
+// Sum of 64-bit words of [p, p+n) over the pool with one of the read probe's loops (kernels/peak_probe.h): what
+// the kernels must at least do to the weight bytes.
+uint64_t read_bytes(const uint8_t* p, int64_t n, ThreadPool& pool, ReadLoop loop) {
   std::vector<uint64_t> partial(static_cast<size_t>(pool.num_threads()) * 8, 0);
   const int64_t lines = n / 256;
   pool.parallel_for(lines, [&](int64_t b, int64_t e, int t) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t l = b; l < e; ++l) {
-      const __m256i* q = reinterpret_cast<const __m256i*>(p + l * 256);
-      a0 = _mm256_add_epi64(a0, _mm256_add_epi64(_mm256_loadu_si256(q + 0), _mm256_loadu_si256(q + 1)));
-      a1 = _mm256_add_epi64(a1, _mm256_add_epi64(_mm256_loadu_si256(q + 2), _mm256_loadu_si256(q + 3)));
-      a2 = _mm256_add_epi64(a2, _mm256_add_epi64(_mm256_loadu_si256(q + 4), _mm256_loadu_si256(q + 5)));
-      a3 = _mm256_add_epi64(a3, _mm256_add_epi64(_mm256_loadu_si256(q + 6), _mm256_loadu_si256(q + 7)));
-    }
-    __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    uint64_t lanes[4];
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), s);
-    partial[static_cast<size_t>(t) * 8] += lanes[0] + lanes[1] + lanes[2] + lanes[3];
+    partial[static_cast<size_t>(t) * 8] += loop(reinterpret_cast<const uint64_t*>(p + b * 256), (e - b) * 32);
   }, 64);
   uint64_t total = 0;
   for (uint64_t v : partial) total += v;
@@ -194,18 +185,23 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   };
 
   using Clock = std::chrono::steady_clock;
-  std::vector<double> kernel_s, read_s;
+  // Calls alternate between the read loops; each loop's times are kept apart and the fastest loop counts.
+  const std::vector<ReadLoop> loops = read_loops();
+  std::vector<double> kernel_s;
+  std::vector<std::vector<double>> read_s(loops.size());
   uint64_t sink = 0;
   int c = 0;
+  size_t reads = 0;
   for (auto _ : state) {
     auto t0 = Clock::now();
     call(w[c]);
     auto t1 = Clock::now();
     const WeightCopy& other = w[(c + copies / 2) % copies];  // a different, equally cold copy
-    sink += read_bytes(other.data.data(), static_cast<int64_t>(other.data.size()), pool);
+    const size_t loop = reads++ % loops.size();
+    sink += read_bytes(other.data.data(), static_cast<int64_t>(other.data.size()), pool, loops[loop]);
     auto t2 = Clock::now();
     kernel_s.push_back(std::chrono::duration<double>(t1 - t0).count());
-    read_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+    read_s[loop].push_back(std::chrono::duration<double>(t2 - t1).count());
     state.SetIterationTime(kernel_s.back());
     c = (c + 1) % copies;
   }
@@ -219,11 +215,17 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   auto best = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
   const double data_bytes = static_cast<double>(w[0].data.size());
   const double kernel_gbps = static_cast<double>(bytes) / median(kernel_s) / 1e9;
-  const double read_gbps = data_bytes / median(read_s) / 1e9;
+  double read_median_s = 1e30, read_best_s = 1e30;
+  for (const std::vector<double>& times : read_s) {
+    if (times.empty()) continue;
+    read_median_s = std::min(read_median_s, median(times));
+    read_best_s = std::min(read_best_s, best(times));
+  }
+  const double read_gbps = data_bytes / read_median_s / 1e9;
   state.counters["weight_GBps"] = kernel_gbps;
   state.counters["read_GBps"] = read_gbps;
   state.counters["vs_read"] = kernel_gbps / read_gbps;
-  state.counters["best_vs_read"] = (static_cast<double>(bytes) / best(kernel_s)) / (data_bytes / best(read_s));
+  state.counters["best_vs_read"] = (static_cast<double>(bytes) / best(kernel_s)) / (data_bytes / read_best_s);
   const double gflops = 2.0 * static_cast<double>(rows * shape.out * shape.in) / median(kernel_s) / 1e9;
   state.counters["GFLOPs"] = gflops;
   if (rows >= 16) {

@@ -127,6 +127,12 @@ __attribute__((target("avx512f"))) uint64_t sum_words_avx512(const uint64_t* dat
 
 }  // namespace
 
+std::vector<ReadLoop> read_loops() {
+  std::vector<ReadLoop> loops = {sum_words<false>, sum_words<true>};
+  if (has_avx512f()) loops.push_back(sum_words_avx512);
+  return loops;
+}
+
 ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
   ReadPeak peak;
   const int64_t words = std::max<int64_t>(16, bytes / 8 / 16 * 16);  // whole 128-byte steps
@@ -157,8 +163,7 @@ ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
   std::vector<uint64_t> sinks(static_cast<size_t>(threads) * 8, 0);
   using Clock = std::chrono::steady_clock;
   // Every pass times each read loop this CPU runs; the fastest counts (CPUs differ in which one reads fastest).
-  std::vector<uint64_t (*)(const uint64_t*, int64_t)> loops = {sum_words<false>, sum_words<true>};
-  if (has_avx512f()) loops.push_back(sum_words_avx512);
+  const std::vector<ReadLoop> loops = read_loops();
   peak.seconds = 1e30;
   for (int pass = 0; pass < std::max(passes, 1); ++pass) {
     for (const auto loop : loops) {

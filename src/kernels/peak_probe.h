@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -42,6 +43,10 @@ struct ReadPeak {
   double seconds = 0.0;   // the best pass
 };
 ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes = int64_t{512} << 20, int passes = 3);
+// Those read loops, for benchmarks that time a read of particular bytes: each sums `words` 64-bit words from `data`
+// (wrapping; a value the compiler must compute, so every load stays).
+using ReadLoop = uint64_t (*)(const uint64_t* data, int64_t words);
+std::vector<ReadLoop> read_loops();
 
 // FLOPs of one call of the probe's inner loop of `iterations` rounds for `kernel` (what measure_dot_peak counts).
 int64_t dot_probe_flops(const std::string& kernel, int64_t iterations);
