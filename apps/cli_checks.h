@@ -33,6 +33,13 @@ inline void add_prefix_cache_options(CLI::App* cmd, std::string* cache_dir, int6
   cmd->add_flag("--no-prefix-cache", *no_prefix_cache, "no prefix cache at all (not even the RAM tier)");
 }
 
+// --backend NAME, shared by logits, generate, serve and bench: the fast kernel table (LoadOptions::backend).
+inline void add_backend_option(CLI::App* cmd, std::string* backend) {
+  cmd->add_option("--backend", *backend,
+                  "fast kernel table: avx512, amx (AMX tiles: faster prefill and batches, slower one-row decode), "
+                  "avx2; default: the CPU's best");
+}
+
 // --speculative N, shared by logits, generate, serve and bench.
 inline void add_speculative_option(CLI::App* cmd, int* speculative) {
   cmd->add_option("--speculative", *speculative,

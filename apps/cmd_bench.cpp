@@ -57,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "dsflash/engine.h"
 
@@ -395,7 +396,7 @@ int run_bench(const BenchOptions& o) {
   // the largest size the figures use (min(longest prompt, --chunk) tokens): the first step of a size grows the
   // engine's scratch arenas, and the page faults of that fresh memory (~1 GB at 2048 tokens on the wide preset) are
   // a one-time cost of the process, not prefill speed. The exact plan warms up for both: it runs every layer on
-  // every token of the step, so its scratch covers the default plan's (warming both cost ~13 s of the default run).
+  // every token of the step, so its scratch covers the default plan's (warming both made the default run 133 s instead of 117).
   const std::vector<int64_t> prefill_lengths =
       o.prefix_cache || only_speculative ? std::vector<int64_t>{} : o.prompt_lengths;
   if (!prefill_lengths.empty()) {
@@ -639,7 +640,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--chunk", options->chunk, "prefill chunk (tokens)");
   cmd->add_option("-r,--repetitions", options->repetitions, "repetitions per figure");
   cmd->add_option("-t,--threads", options->threads, "worker threads (0: one per hardware thread)");
-  cmd->add_option("--backend", options->backend, "fast kernel table: avx512, amx (AMX tiles: faster prefill and batches, slower one-row decode), avx2; default: the CPU's best");
+  add_backend_option(cmd, &options->backend);
   cmd->add_flag("--pin-threads", options->pin_threads, "pin each worker thread to one CPU, spread over the NUMA nodes");
   cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock; needs ulimit -l or root)");
   cmd->add_option("--reserve-context", options->reserve_context, "context whose global-KV reservation is reported");

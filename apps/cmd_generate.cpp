@@ -51,7 +51,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--ids", options->ids, "print token ids (one per line) instead of text");
   cmd->add_flag("--stats", options->stats, "print prefill/decode timings to stderr");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
-  cmd->add_option("--backend", options->backend, "fast kernel table: avx512, amx (AMX tiles: faster prefill and batches, slower one-row decode), avx2; default: the CPU's best");
+  add_backend_option(cmd, &options->backend);
   cmd->add_flag("--exact", options->exact, "official full forward (all layers on all prompt tokens)");
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
   cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock; needs ulimit -l or root)");

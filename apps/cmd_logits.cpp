@@ -91,7 +91,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
                 "SWA Bounded Replay, the last prompt row)");
   cmd->add_option("--follow", options->follow, "ids fed at the decode steps instead of the greedy choice");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels (the oracle), single-threaded");
-  cmd->add_option("--backend", options->backend, "fast kernel table: avx512, amx (AMX tiles: faster prefill and batches, slower one-row decode), avx2; default: the CPU's best");
+  add_backend_option(cmd, &options->backend);
   cmd->add_option("--threads", options->threads, "worker threads of the fast path (0 = all)");
   cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock; needs ulimit -l or root)");
   add_prefix_cache_options(cmd, &options->cache_dir, &options->cache_disk_bytes, &options->no_prefix_cache);

@@ -142,7 +142,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", options->threads, "worker threads (0 = all)");
   cmd->add_flag("--mlock", options->mlock, "lock the weights in RAM (mlock; needs ulimit -l or root)");
   cmd->add_flag("--reference", options->reference, "scalar reference kernels, single-threaded");
-  cmd->add_option("--backend", options->backend, "fast kernel table: avx512, amx (AMX tiles: faster prefill and batches, slower one-row decode), avx2; default: the CPU's best");
+  add_backend_option(cmd, &options->backend);
   add_speculative_option(cmd, &options->server.speculative);
   cmd->callback([options, exit_code] { *exit_code = run_serve(*options); });
 }

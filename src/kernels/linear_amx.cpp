@@ -12,8 +12,9 @@
 // as rows_chunk does, so a row's result depends only on that row: the table routes every row count here.
 //
 // Measured on one 2-core Xeon (bench_linear --threads=2, tile-major FP8 wq_b/wo_b and MXFP4 w1/w2 shapes, against
-// the "avx512" table): 1.7-2.0x faster at 16 rows, 2.8-3.2x at 64, 3.7-4.0x at 256 and 2048, even at 4, 1.4-1.7x
-// slower at 1 (the tile unit needs the converted weights stored and reloaded; vdpbf16ps takes them from registers).
+// the "avx512" table): 1.8-2.2x faster at 16 rows, 2.7-3.2x at 64, 3.4-4.0x at 256 and 2048; at 4 rows from 5%
+// slower (wo_b) to 1.4x faster (w2); at 1 row 1.4-1.7x slower (wo_b, w2): the tile unit needs the converted weights
+// stored and reloaded, vdpbf16ps takes them from registers.
 // The tile unit itself runs at only ~0.11 of its peak (~0.72 TFLOP/s of 6.4 on 2 threads): every block partial must
 // leave the tile (TILESTORED) to be scaled into y in K order, and the 16-row activation tiles are re-read per
 // pass (1 thread, rows 2048: ~0.14 with the scaling skipped, ~0.2 with the tile stores skipped too).
@@ -92,7 +93,8 @@ namespace {
 // memory: GCC's _tile_loadconfig tells the compiler it reads only the operand's first 8 bytes, so stores to a
 // local one may be dropped as dead.
 // Configuration g (1..16): A and C tiles of g rows, B tiles of 16. Fewer than 16 rows in all load and store only
-// theirs (rows 1..15: a decode batch), which halves the tile traffic of one row.
+// theirs (rows 1..15: a decode batch); measured at one row against 16-row tiles on the zero padding (bench_linear,
+// 2 threads): wo_b 2.34 -> 2.33 ms, w2 0.450 -> 0.421 ms.
 constexpr std::array<TileConfig, kTileRows + 1> tile_configs() {
   std::array<TileConfig, kTileRows + 1> configs{};
   for (int g = 1; g <= kTileRows; ++g)

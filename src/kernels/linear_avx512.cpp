@@ -441,12 +441,12 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
       bool weights_folded = g.fold_weight_scales;
       for (int t = 0; t < nt && weights_folded; ++t) weights_folded = weight_scales_fold_exactly(g, sw[t], nb);
       for (int t = 0; t < nt && weights_folded; ++t) fold_weight_scales(sw[t], nb, scratch[t]);
+      const BlockScales scales = weights_folded     ? BlockScales::kNone
+                                 : g.unit_act_scales ? BlockScales::kWeight
+                                                     : BlockScales::kActAndWeight;
       if constexpr (kAmx) {
         amx_rows_chunk(scratch, nt, nb, sws, g.act + 32 * b0, g.in, g.act_scales + b0, g.kb, g.y + o0, g.out, g.rows,
-                       first, masks,
-                       weights_folded     ? BlockScales::kNone
-                       : g.unit_act_scales ? BlockScales::kWeight
-                                           : BlockScales::kActAndWeight);
+                       first, masks, scales);
         continue;
       }
       int64_t r = 0;
@@ -458,9 +458,11 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
           if (nt == 2) rows_chunk<RT, 2, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
           else rows_chunk<RT, 1, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
         };
-        if (weights_folded) call.template operator()<BlockScales::kNone>();
-        else if (g.unit_act_scales) call.template operator()<BlockScales::kWeight>();
-        else call.template operator()<BlockScales::kActAndWeight>();
+        switch (scales) {
+          case BlockScales::kNone: call.template operator()<BlockScales::kNone>(); break;
+          case BlockScales::kWeight: call.template operator()<BlockScales::kWeight>(); break;
+          case BlockScales::kActAndWeight: call.template operator()<BlockScales::kActAndWeight>(); break;
+        }
       };
       for (; r + kRowTile <= g.rows; r += kRowTile) run.template operator()<kRowTile>();
       switch (g.rows - r) {
