@@ -6,10 +6,10 @@
 // kernels/peak_probe.h; the fastest loop's times count), and reports
 //   weight_GBps  weight bytes / kernel time      read_GBps  the same bytes / read time
 //   vs_read      weight_GBps / read_GBps          GFLOPs     2 * rows * out * in / kernel time
-// from the median call of each (best_vs_read: from the fastest call of each). Rows >= 16 also time the bf16 dot
-// peak (the AMX tile unit's for the "amx" table) on the same threads in the same run (peak_GFLOPs; vs_peak =
-// GFLOPs / peak_GFLOPs): many rows are bound by the multiplies, not the read (best_vs_peak: from the fastest
-// call). Rows 2048 (one prefill chunk) run for the tile-major FP8 / MXFP4 shapes only.
+// from the median call of each (best_vs_read: from the fastest call of each). Rows >= 16 also time the table's
+// GEMM peak (its gemm_peak: the bf16 dot, fp32 FMAs for "avx512fma", the AMX tile unit for "amx") on the same
+// threads in the same run (peak_GFLOPs; vs_peak = GFLOPs / peak_GFLOPs): many rows are bound by the multiplies,
+// not the read (best_vs_peak: from the fastest call). Rows 2048 (one prefill chunk) run for the tile-major FP8 / MXFP4 shapes only.
 // Weights are several copies cycled so that each call reads from memory, not from the 32 MB L3; the "_cached"
 // shapes instead read one L2-resident copy, which shows what the kernel computes when memory is not the limit.
 // Run: build-<you>/bench/bench_linear [--threads=N] [--benchmark_filter=avx512] [--benchmark_repetitions=3]
@@ -229,9 +229,8 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   const double gflops = 2.0 * static_cast<double>(rows * shape.out * shape.in) / median(kernel_s) / 1e9;
   state.counters["GFLOPs"] = gflops;
   if (rows >= 16) {
-    // The limit of this table's GEMMs: the AMX tile unit for "amx", the bf16 dot otherwise.
-    const bool amx = std::string_view(kernels->name) == "amx";
-    const DotPeak peak = measure_dot_peak(&pool, 0.1, amx ? PeakOps::kAmxBf16 : PeakOps::kBf16Dot);
+    // The limit of this table's GEMMs: the AMX tile unit for "amx", fp32 FMAs for "avx512fma", the bf16 dot otherwise.
+    const DotPeak peak = measure_dot_peak(&pool, 0.1, kernels->gemm_peak);
     state.counters["peak_GFLOPs"] = peak.gflops;
     state.counters["vs_peak"] = gflops / peak.gflops;
     state.counters["best_vs_peak"] = gflops * median(kernel_s) / best(kernel_s) / peak.gflops;

@@ -122,6 +122,7 @@ Backend simd_backend(const char* name) {
       .sparse_attention = best_sparse_attention().attend,
       .dequant_window_row = reference_kv_dequant().window_row,
       .dequant_compressed_row = reference_kv_dequant().compressed_row,
+      .gemm_peak = linear.gemm_peak,
   };
 }
 
@@ -158,7 +159,7 @@ const Backend* amx_backend() {
     b.fp4_gemm = amx_linears.fp4_gemm;
     b.linear_fp8 = amx_linears.linear_fp8;
     b.linear_fp4 = amx_linears.linear_fp4;
-    b.gemm_peak = PeakOps::kAmxBf16;
+    b.gemm_peak = amx_linears.gemm_peak;
     return b;
   }();
   return &backend;

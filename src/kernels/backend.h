@@ -91,7 +91,7 @@ struct Backend {
   WindowRowDequant dequant_window_row;
   CompressedRowDequant dequant_compressed_row;
 
-  // The dense-compute limit of this table's GEMMs, for speed figures (kernels/peak_probe.h).
+  // The dense-compute limit of this table's GEMMs, for speed figures (kernels/peak_probe.h): its linear table's.
   PeakOps gemm_peak = PeakOps::kBf16Dot;
 };
 

@@ -32,6 +32,7 @@
 #include "kernels/linear_avx512_impl.h"
 #include "kernels/linear_impl.h"
 #include "kernels/linear_tables.h"
+#include "kernels/peak_probe.h"
 
 namespace dsflash::linear_impl {
 
@@ -252,10 +253,14 @@ DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* o
 // in one accumulator per (row, tile) in j order, so a result does not depend on RT, NT or threads. Then
 // y = y + (partial * sa) * sw per block in K order, less the scales already folded into the operands (kScales);
 // y waits in an L1 buffer, so that the accumulators alone fill the registers.
-template <int RT, int NT, BlockScales kScales>
+// Act: uint16_t, bf16 activations multiplied by vdpbf16ps; or float, the same values as fp32, multiplied by fp32
+// FMAs in vdpbf16ps's order (RowsMultiply::kFp32Fma): each pair's odd product, then its even one, added with one
+// rounding each; the scratch pair's odd bf16 is its dword's high half, the even one its low half shifted up.
+template <int RT, int NT, BlockScales kScales, class Act>
 DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (*const* sw)[kTile],
-                               const uint16_t* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
+                               const Act* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
                                bool first, const __mmask16* masks) {
+  static_assert(std::is_same_v<Act, uint16_t> || std::is_same_v<Act, float>);
   const float* e8m0 = linear_decode_tables().e8m0_f32;
   // Full tiles use plain loads and stores (masked ones are slow on AMD); only a ragged last tile masks.
   alignas(64) float ybuf[RT][NT][kTile];
@@ -270,15 +275,27 @@ DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (
     __m512 acc[RT][NT];
     for (int r = 0; r < RT; ++r)
       for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
-    const uint16_t* a = act + 32 * b;
+    const Act* a = act + 32 * b;
+    // One chain per (row, tile) whatever RT and NT: results do not depend on the split.
     for (int j = 0; j < 16; ++j) {
-      __m512bh w[NT];
-      for (int t = 0; t < NT; ++t) w[t] = (__m512bh)_mm512_load_si512(scratch[t] + 16 * b + j);
-      for (int r = 0; r < RT; ++r) {
-        const __m512bh x = (__m512bh)_mm512_broadcastd_epi32(_mm_loadu_si32(a + r * k + 2 * j));
+      if constexpr (std::is_same_v<Act, float>) {
+        __m512 odd[NT], even[NT];
         for (int t = 0; t < NT; ++t) {
-          const int slot = t;  // one chain per (row, tile) whatever NT: results do not depend on the split
-          acc[r][slot] = _mm512_dpbf16_ps(acc[r][slot], w[t], x);
+          const __m512i w = _mm512_load_si512(scratch[t] + 16 * b + j);
+          odd[t] = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+          even[t] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+        }
+        for (int r = 0; r < RT; ++r) {
+          const __m512 x_odd = _mm512_set1_ps(a[r * k + 2 * j + 1]), x_even = _mm512_set1_ps(a[r * k + 2 * j]);
+          for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_fmadd_ps(odd[t], x_odd, acc[r][t]);
+          for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_fmadd_ps(even[t], x_even, acc[r][t]);
+        }
+      } else {
+        __m512bh w[NT];
+        for (int t = 0; t < NT; ++t) w[t] = (__m512bh)_mm512_load_si512(scratch[t] + 16 * b + j);
+        for (int r = 0; r < RT; ++r) {
+          const __m512bh x = (__m512bh)_mm512_broadcastd_epi32(_mm_loadu_si32(a + r * k + 2 * j));
+          for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[t], x);
         }
       }
     }
@@ -451,12 +468,15 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
       }
       int64_t r = 0;
       auto run = [&]<int RT>() DSFLASH_AVX512 {
-        const uint16_t* act = g.act + r * g.in + 32 * b0;
         const uint8_t* sa = g.act_scales + r * g.kb + b0;
         float* y = g.y + r * g.out + o0;
-        auto call = [&]<BlockScales kScales>() DSFLASH_AVX512 {
+        auto with_act = [&]<BlockScales kScales>(const auto* act) DSFLASH_AVX512 {
           if (nt == 2) rows_chunk<RT, 2, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
           else rows_chunk<RT, 1, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
+        };
+        auto call = [&]<BlockScales kScales>() DSFLASH_AVX512 {
+          if (g.act_f32 != nullptr) with_act.template operator()<kScales>(g.act_f32 + r * g.in + 32 * b0);
+          else with_act.template operator()<kScales>(g.act + r * g.in + 32 * b0);
         };
         switch (scales) {
           case BlockScales::kNone: call.template operator()<BlockScales::kNone>(); break;
@@ -485,7 +505,7 @@ constexpr int kTiledScaleBlocks = 32;  // weight scales are read 32 blocks at a 
 // Software prefetch distance along each tile's stream. The out-of-order window alone reaches ~2 KB ahead at ~15
 // instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs. Of 0-16 KB tried
 // (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower and 1-16 KB were within the noise.
-constexpr int64_t kTiledPrefetchBytes = 4096;
+constexpr int64_t kTiledPrefetchBytes = 8192;
 
 // NT (1 or 2) adjacent tiles from `tile` on, all of K, for R rows of plain bf16 activations (g.act [R, in]).
 // Each vector is decoded once for the R rows, and each activation broadcast serves the NT tiles. Per (row,
@@ -591,6 +611,30 @@ bool act_scales_carried_exactly(ScaleCodeRange range) {
   return range.lowest > range.highest || (range.lowest >= 127 - 108 && range.highest <= 127 + 100);
 }
 
+// bf16 bits [n] -> the same values as fp32.
+DSFLASH_AVX512 void widen_bf16(const uint16_t* bf16, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_si512(out + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                                       reinterpret_cast<const __m256i*>(bf16 + i))), 16));
+  for (; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(bf16[i]) << 16;
+    std::memcpy(out + i, &bits, 4);
+  }
+}
+
+// Every x[i] is 0 or of magnitude >= 2^-100 (NaN and infinity count as large).
+DSFLASH_AVX512 bool bf16_products_stay_normal(const float* x, int64_t n) {
+  const __m512i magnitude_bits = _mm512_set1_epi32(0x7fffffff), smallest = _mm512_set1_epi32(27 << 23);  // 2^-100
+  __mmask16 tiny = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = i + 16 <= n ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi32(m, x + i), magnitude_bits);
+    tiny |= _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(v, v), v, smallest);
+  }
+  return tiny == 0;
+}
+
 // How run_block_gemm prepares activations in k order: scales folded in (then act_scales are all 1.0) or kept apart.
 struct NaturalActivations {
   const GemmActivations* x;
@@ -604,9 +648,10 @@ struct NaturalActivations {
 
 // kAmx: every row count takes the multi-row path on AMX tiles (a row's result must not depend on the rows it runs
 // with, and TDPBF16PS sums a block in an order of its own, so no row may take the vdpbf16ps paths instead).
+// multiply: how the multi-row path multiplies (not kAmx; the decode paths always use vdpbf16ps).
 template <bool kFp4, bool kAmx = false>
 void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
-                    bool tile_major, float* y, ThreadPool* pool) {
+                    bool tile_major, float* y, ThreadPool* pool, RowsMultiply multiply = RowsMultiply::kBf16Dot) {
   if (x.rows <= 0 || out <= 0) return;
   GemmArgs g;
   g.tile_major = tile_major;
@@ -686,17 +731,35 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     run_tiles(fp8_decode_tiles);
     return;
   }
-  // Several rows: plain bf16 activations, converted weight tiles shared by all rows. [rows, in] bf16, and for AMX
-  // zero rows past the end that its 16-row tile loads may read.
-  const int64_t padding_rows = kAmx ? kAmxPaddingRows : 0;
-  const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>((x.rows + padding_rows) * in));
-  std::fill(act.begin() + x.rows * in, act.end(), uint16_t{0});
+  // Several rows: plain bf16 activations [rows, in], converted weight tiles shared by all rows; for AMX, zero rows
+  // past the end that its 16-row tile loads may read. Multiplied by fp32 FMAs, the rows are fp32 (the bf16 ones
+  // widened; fp32 activations holding bf16 values serve as they are). FMAs give vdpbf16ps's bits when no product or
+  // partial sum is subnormal (vdpbf16ps flushes them): always for e4m3 activations (see act_scales_carried_exactly
+  // and weight_scales_fold_exactly), and for bf16 ones of magnitude 0 or >= 2^-100 (every product a multiple of
+  // 2^-116: the smallest e4m3 step 2^-9 times a's 2^-107).
   const NaturalActivations natural = natural_activations(true);
+  const bool fma = !kAmx && multiply == RowsMultiply::kFp32Fma &&
+                   (x.codes != nullptr || bf16_products_stay_normal(x.bf16_values, x.rows * in));
+  const bool bf16_rows = !fma || x.codes != nullptr;
+  const int64_t padding_rows = kAmx ? kAmxPaddingRows : 0;
+  std::span<uint16_t> act;
+  std::span<float> act_f32;
+  if (bf16_rows) {
+    act = scratch.take<uint16_t>(static_cast<size_t>((x.rows + padding_rows) * in));
+    std::fill(act.begin() + x.rows * in, act.end(), uint16_t{0});
+  }
+  if (fma && bf16_rows) act_f32 = scratch.take<float>(static_cast<size_t>(x.rows * in));
+  auto prepare = [&](int64_t r0, int64_t r1) {
+    if (!bf16_rows) return;
+    natural.prepare(act.data(), r0, r1);
+    if (fma) widen_bf16(act.data() + r0 * in, (r1 - r0) * in, act_f32.data() + r0 * in);
+  };
   if (pool)
-    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { natural.prepare(act.data(), r0, r1); });
+    pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { prepare(r0, r1); });
   else
-    natural.prepare(act.data(), 0, x.rows);
+    prepare(0, x.rows);
   g.act = act.data();
+  if (fma) g.act_f32 = bf16_rows ? act_f32.data() : x.bf16_values;
   // The tiles per pass: on AMX, 8 once the tile loads of the activations outweigh the scratch's cache misses.
   auto rows_pass = [](const GemmArgs& part, int64_t tile_begin, int64_t tile_end) {
     if (kAmx && part.rows >= kAmxWideRows) gemm_tiles_rows<kFp4, kAmx, kAmxTilesPerPass>(part, tile_begin, tile_end);
@@ -707,9 +770,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) {
       GemmArgs part = g;
       part.rows = r1 - r0;
-      part.act += r0 * in;
-      part.act_scales += r0 * g.kb;
-      part.y += r0 * g.out;
+      part.advance_rows(r0);
       rows_pass(part, 0, tiles);
     });
     return;
@@ -719,27 +780,28 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   for (int64_t r0 = 0; r0 < x.rows; r0 += kPrefillRowBlock) {
     GemmArgs part = g;
     part.rows = std::min(kPrefillRowBlock, x.rows - r0);
-    part.act += r0 * in;
-    part.act_scales += r0 * g.kb;
-    part.y += r0 * g.out;
+    part.advance_rows(r0);
     auto body = [&](int64_t begin, int64_t end, int) { rows_pass(part, begin, end); };
     if (pool) pool->parallel_for_nodes(tiles, body);
     else body(0, tiles, 0);
   }
 }
 
+template <RowsMultiply kMultiply>
 void fp8_gemm_avx512(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
   run_block_gemm<false>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.codes, w.scales, w.out, w.in,
-                        w.tile_major, y, pool);
+                        w.tile_major, y, pool, kMultiply);
 }
 
+template <RowsMultiply kMultiply>
 void fp4_gemm_avx512(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
   run_block_gemm<true>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.packed, w.scales, w.out, w.in,
-                       w.tile_major, y, pool);
+                       w.tile_major, y, pool, kMultiply);
 }
 
 // bf16 activations (per block (partial · 1) · sw: the products are exact, as in fp8_gemm); activations that
 // vdpbf16ps cannot take as they are (not bf16, or subnormal) go through the AVX2 table's fp32 FMAs instead.
+template <RowsMultiply kMultiply>
 void fp8_as_bf16_gemm_avx512(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool) {
   if (rows <= 0) return;
   if (!bf16_exact_avx512(x, rows * w.in)) {
@@ -747,7 +809,7 @@ void fp8_as_bf16_gemm_avx512(const float* x, int64_t rows, const Fp8Weight& w, f
     return;
   }
   run_block_gemm<false>(GemmActivations{nullptr, x, nullptr, rows, w.in}, w.codes, w.scales, w.out, w.in,
-                        w.tile_major, y, pool);
+                        w.tile_major, y, pool, kMultiply);
 }
 
 void fp8_gemm_amx(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
@@ -762,20 +824,41 @@ void fp4_gemm_amx(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadP
 
 }  // namespace
 
-const LinearKernels* avx512_kernels() {
+const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply) {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                                 __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
-  static const LinearKernels kernels{"avx512", true, fp8_gemm_avx512, fp4_gemm_avx512, bf16_gemm_avx512,
-                                     fp8_as_bf16_gemm_avx512};
-  return supported ? &kernels : nullptr;
+  static const LinearKernels dot{"avx512", true, fp8_gemm_avx512<RowsMultiply::kBf16Dot>,
+                                 fp4_gemm_avx512<RowsMultiply::kBf16Dot>, bf16_gemm_avx512,
+                                 fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>};
+  static const LinearKernels fma{"avx512fma", true, fp8_gemm_avx512<RowsMultiply::kFp32Fma>,
+                                 fp4_gemm_avx512<RowsMultiply::kFp32Fma>, bf16_gemm_avx512,
+                                 fp8_as_bf16_gemm_avx512<RowsMultiply::kFp32Fma>, false, PeakOps::kFp32Fma};
+  if (!supported) return nullptr;
+  return multiply == RowsMultiply::kFp32Fma ? &fma : &dot;
+}
+
+RowsMultiply fastest_rows_multiply() {
+  // ~2 ms each on the calling thread, registers only; FLOPs count products and sums alike for both. FMAs must win
+  // clearly: a close call is not worth the fp32 copy of the activations.
+  static const RowsMultiply fastest = [] {
+    const double dot = measure_dot_peak(nullptr, 0.002, PeakOps::kBf16Dot).gflops;
+    const double fma = measure_dot_peak(nullptr, 0.002, PeakOps::kFp32Fma).gflops;
+    return fma > 1.25 * dot ? RowsMultiply::kFp32Fma : RowsMultiply::kBf16Dot;
+  }();
+  return fastest;
+}
+
+const LinearKernels* avx512_kernels() {
+  if (avx512_kernels_multiplying(RowsMultiply::kBf16Dot) == nullptr) return nullptr;
+  return avx512_kernels_multiplying(fastest_rows_multiply());
 }
 
 // The AVX-512 table with the FP8 / MXFP4 block GEMMs on AMX tiles, every row count (see run_block_gemm); the bf16
 // GEMMs are the AVX-512 ones.
 const LinearKernels* amx_kernels() {
   static const LinearKernels kernels{"amx", true, fp8_gemm_amx, fp4_gemm_amx, bf16_gemm_avx512,
-                                     fp8_as_bf16_gemm_avx512};
+                                     fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>, false, PeakOps::kAmxBf16};
   return avx512_kernels() != nullptr && amx_usable() ? &kernels : nullptr;
 }
 

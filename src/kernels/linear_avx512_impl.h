@@ -45,6 +45,9 @@ struct GemmArgs {
   int64_t out = 0, in = 0, kb = 0, npairs = 0, rows = 0;
   bool tile_major = false;  // weight order (kernels/linear.h)
   const uint16_t* act = nullptr;      // prepared [rows, npairs, 64] bf16
+  // The multi-row path's activations as fp32 [rows, in] (the values of act, k order) where it multiplies with fp32
+  // FMAs (RowsMultiply::kFp32Fma); nullptr: vdpbf16ps on act.
+  const float* act_f32 = nullptr;
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
   // Every act_scales code is 127 (1.0): the activations carry their scales (prepare_activation_bf16) or have none.
   // rows_chunk then skips the exact multiply by 1.0 (an optimisation only; the bits are the same).
@@ -54,6 +57,13 @@ struct GemmArgs {
   bool fold_weight_scales = false;
   int act_exponent_low = 0, act_exponent_high = 0;
   float* y = nullptr;                 // [rows, out]
+  // The multi-row path's arguments from row r0 on (act, act_f32, act_scales and y in [rows, ...] order).
+  void advance_rows(int64_t r0) {
+    if (act != nullptr) act += r0 * in;  // either may be absent (null)
+    if (act_f32 != nullptr) act_f32 += r0 * in;
+    act_scales += r0 * kb;
+    y += r0 * out;
+  }
 };
 
 // 64 e4m3 codes (two blocks of one output) -> W0, W1 bf16 in the FP8 lane order.

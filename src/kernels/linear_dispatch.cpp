@@ -145,7 +145,13 @@ Status check_bf16_linear(int64_t x_k, const Bf16Weight& w) {
 namespace linear_impl {
 std::vector<const LinearKernels*> available_kernels() {
   std::vector<const LinearKernels*> all;
-  if (const LinearKernels* k = avx512_kernels()) all.push_back(k);
+  if (const LinearKernels* k = avx512_kernels()) {
+    all.push_back(k);
+    // The same table multiplying the other way (same bits; tests and benchmarks run both).
+    const RowsMultiply other = fastest_rows_multiply() == RowsMultiply::kFp32Fma ? RowsMultiply::kBf16Dot
+                                                                                   : RowsMultiply::kFp32Fma;
+    all.push_back(avx512_kernels_multiplying(other));
+  }
   if (const LinearKernels* k = amx_kernels()) all.push_back(k);  // by name only: slower one-row decode
   if (const LinearKernels* k = avx2_kernels()) all.push_back(k);
   all.push_back(&reference_linear_kernels());
@@ -153,7 +159,7 @@ std::vector<const LinearKernels*> available_kernels() {
 }
 }  // namespace linear_impl
 
-// Chosen once from cpuid (each ISA file checks its own features).
+// Chosen once from cpuid (each ISA file checks its own features) and, for AVX-512, a short timing.
 const LinearKernels& best_linear_kernels() {
   static const LinearKernels& best = *linear_impl::available_kernels().front();
   return best;

@@ -32,6 +32,18 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_dot_rounds(int64_t roun
   return _mm512_reduce_add_ps(total);
 }
 
+__attribute__((target("avx512f"))) float fma_rounds_avx512(int64_t rounds) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_setzero_ps();
+  const __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1.0f / 128);
+  for (int64_t r = 0; r < rounds; ++r) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(a, b, acc[c]);
+  }
+  __m512 total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
+  return _mm512_reduce_add_ps(total);
+}
+
 __attribute__((target("avx2,fma"))) float fma_rounds(int64_t rounds) {
   __m256 acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = _mm256_setzero_ps();
@@ -81,6 +93,7 @@ bool has_bf16_dot() { return __builtin_cpu_supports("avx512bf16") && __builtin_c
 
 const char* kBf16Kernel = "avx512bf16 vdpbf16ps";
 const char* kFmaKernel = "avx2 fp32 fma";
+const char* kFma512Kernel = "avx512 fp32 fma";
 const char* kMulAdd512Kernel = "avx512 fp32 mul+add";
 const char* kMulAdd256Kernel = "avx2 fp32 mul+add";
 const char* kAmxKernel = "amx-bf16 tdpbf16ps";
@@ -183,12 +196,12 @@ ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
 }
 
 int64_t dot_probe_flops(const std::string& kernel, int64_t iterations) {
-  // FLOPs per chain step: a vdpbf16ps (32 products + 32 sums), a 16- or 8-lane mul + add pair, an 8-lane FMA, a
+  // FLOPs per chain step: a vdpbf16ps (32 products + 32 sums), a 16- or 8-lane mul + add pair, a 16- or 8-lane FMA, a
   // TDPBF16PS of 16 x 16 outputs x 32 products.
   const int64_t per_step = kernel == kAmxKernel         ? 2 * 16 * 16 * 32
                            : kernel == kBf16Kernel      ? 64
-                           : kernel == kMulAdd512Kernel ? 32
-                                                        : 16;
+                           : kernel == kMulAdd512Kernel || kernel == kFma512Kernel ? 32
+                                                                                   : 16;
   return iterations * kChains * per_step;
 }
 
@@ -202,6 +215,10 @@ DotPeak measure_dot_peak(ThreadPool* pool, double seconds, PeakOps ops) {
     const bool avx512 = has_avx512f();
     peak.kernel = avx512 ? kMulAdd512Kernel : kMulAdd256Kernel;
     rounds_fn = avx512 ? mul_add_rounds_avx512 : mul_add_rounds_avx2;
+  } else if (ops == PeakOps::kFp32Fma) {
+    const bool avx512 = has_avx512f();
+    peak.kernel = avx512 ? kFma512Kernel : kFmaKernel;
+    rounds_fn = avx512 ? fma_rounds_avx512 : fma_rounds;
   } else {
     const bool bf16 = has_bf16_dot();
     peak.kernel = bf16 ? kBf16Kernel : kFmaKernel;

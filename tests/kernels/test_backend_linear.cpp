@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "formats/quant.h"
 #include "kernels/backend.h"
+#include "kernels/linear_impl.h"
 #include "test_backend_util.h"
 #include "test_linear_util.h"
 
@@ -42,6 +43,12 @@ TEST(Backend, TablesAreCompleteAndOrdered) {
   if (const Backend* amx = find_backend("amx")) {
     EXPECT_NE(amx, &best_backend());
     EXPECT_EQ(amx->gemm_peak, PeakOps::kAmxBf16);
+  }
+  // "avx512" multiplies many rows the faster way on this CPU, and its speed figures use that instruction's peak.
+  if (const Backend* avx512 = find_backend("avx512")) {
+    const bool fma = linear_impl::fastest_rows_multiply() == linear_impl::RowsMultiply::kFp32Fma;
+    EXPECT_EQ(avx512->gemm_peak, fma ? PeakOps::kFp32Fma : PeakOps::kBf16Dot);
+    EXPECT_EQ(avx512->fp4_gemm, linear_impl::avx512_kernels()->fp4_gemm);
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "core/thread_pool.h"
@@ -425,6 +426,49 @@ TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
       ASSERT_EQ(fast, ref) << k->name << " fp4 rows " << s.rows << " out " << s.out << " in " << s.in;
     }
   }
+}
+
+// The AVX-512 table's two ways to multiply many rows (linear_impl::RowsMultiply) give the same bits: random codes
+// (inexact block sums, where the order of the products shows), activation scales inside and outside the range
+// that is folded, both weight orders, and bf16 activations down to 2^-120 (products that vdpbf16ps would flush).
+TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
+  const LinearKernels* dot = linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kBf16Dot);
+  const LinearKernels* fma = linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kFp32Fma);
+  if (dot == nullptr) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  const Shape shapes[] = {{5, 48, 384}, {9, 33, 1056}, {16, 64, 2176}, {300, 48, 128}};
+  ThreadPool pool(2);
+  std::mt19937 rng(77);
+  int differing_orders = 0;  // block sums where the order of the products matters (the test's own check)
+  auto same_bits = [](const std::vector<float>& u, const std::vector<float>& v) {  // NaN included
+    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+  };
+  for (const Shape& s : shapes)
+    for (const auto [scale_lo, scale_hi] : {std::pair{110, 135}, std::pair{5, 250}})
+      for (const bool tiled : {false, true}) {
+        if (tiled && !tile_major_possible(s.out, s.in)) continue;
+        const auto x = test::random_fp8_acts(rng, s.rows, s.in, scale_lo, scale_hi);
+        const OrderedWeights w =
+            in_order(test::random_fp8_weight(rng, s.out, s.in), test::random_fp4_weight(rng, s.out, s.in), tiled);
+        const std::string where = "rows " + std::to_string(s.rows) + " in " + std::to_string(s.in) +
+                                  (tiled ? " tile-major" : "") + " scales " + std::to_string(scale_lo);
+        std::vector<float> a(static_cast<size_t>(s.rows * s.out)), b(a.size()), ref(a.size());
+        dot->fp8_gemm(x.view(), w.fp8(), a.data(), &pool);
+        fma->fp8_gemm(x.view(), w.fp8(), b.data(), nullptr);
+        ASSERT_TRUE(same_bits(a, b)) << "fp8 " << where;
+        reference_linear_kernels().fp8_gemm(x.view(), w.w8.view(), ref.data(), nullptr);
+        differing_orders += static_cast<int>(!same_bits(a, ref));
+        dot->fp4_gemm(x.view(), w.fp4(), a.data(), nullptr);
+        fma->fp4_gemm(x.view(), w.fp4(), b.data(), &pool);
+        ASSERT_TRUE(same_bits(a, b)) << "fp4 " << where;
+        for (const float tiny : {0x1p-90f, 0x1p-120f}) {
+          auto values = test::random_floats(rng, s.rows * s.in, true);
+          for (int64_t i = 0; i < s.in; ++i) values[i] = round_to_bf16(values[i] * tiny);  // row 0, all of it
+          dot->fp8_as_bf16_gemm(values.data(), s.rows, w.fp8(), a.data(), nullptr);
+          fma->fp8_as_bf16_gemm(values.data(), s.rows, w.fp8(), b.data(), nullptr);
+          ASSERT_TRUE(same_bits(a, b)) << "fp8 as bf16 " << where << " tiny " << tiny;
+        }
+      }
+  EXPECT_GT(differing_orders, 0) << "no inexact block sum: the test cannot tell the orders apart";
 }
 
 // Realistic operands (activations from act_quant of normal values, weights quantised per block): the
