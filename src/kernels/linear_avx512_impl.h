@@ -29,6 +29,7 @@ struct Avx512Tables {
   alignas(64) uint8_t fp8_lo[128];
   alignas(64) uint8_t fp8_hi[128];
   alignas(64) uint16_t fp4[32];
+  alignas(64) float fp4_f32[16];  // the e2m1 values as fp32, for vpermps
   // Multi-row transposition (see convert_block_fp8 / convert_block_fp4).
   alignas(64) uint16_t fp8_gather[2][32];  // vpermt2w: 4 outputs x 8 code pairs per 128-bit lane
   alignas(64) uint8_t interleave[2][64];   // vpermt2b: (lo, hi) bytes of codes 0-31 / 32-63 -> bf16 words

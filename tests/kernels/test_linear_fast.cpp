@@ -435,10 +435,12 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
   const LinearKernels* dot = linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kBf16Dot);
   const LinearKernels* fma = linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kFp32Fma);
   if (dot == nullptr) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
-  const Shape shapes[] = {{5, 48, 384}, {9, 33, 1056}, {16, 64, 2176}, {300, 48, 128}};
+  // Rows 1..4 on tile-major MXFP4 take the decode path, which multiplies the same way.
+  const Shape shapes[] = {{1, 48, 2176}, {4, 32, 1056}, {5, 48, 384}, {9, 33, 1056}, {16, 64, 2176}, {300, 48, 128}};
   ThreadPool pool(2);
   std::mt19937 rng(77);
-  int differing_orders = 0;  // block sums where the order of the products matters (the test's own check)
+  // Results where the order of a block's products matters (the test's own check), by format.
+  int differing_orders_fp8 = 0, differing_orders_fp4 = 0;
   auto same_bits = [](const std::vector<float>& u, const std::vector<float>& v) {  // NaN included
     return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
   };
@@ -456,10 +458,12 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
         fma->fp8_gemm(x.view(), w.fp8(), b.data(), nullptr);
         ASSERT_TRUE(same_bits(a, b)) << "fp8 " << where;
         reference_linear_kernels().fp8_gemm(x.view(), w.w8.view(), ref.data(), nullptr);
-        differing_orders += static_cast<int>(!same_bits(a, ref));
+        differing_orders_fp8 += static_cast<int>(!same_bits(a, ref));
         dot->fp4_gemm(x.view(), w.fp4(), a.data(), nullptr);
         fma->fp4_gemm(x.view(), w.fp4(), b.data(), &pool);
         ASSERT_TRUE(same_bits(a, b)) << "fp4 " << where;
+        reference_linear_kernels().fp4_gemm(x.view(), w.w4.view(), ref.data(), nullptr);
+        differing_orders_fp4 += static_cast<int>(!same_bits(a, ref));
         for (const float tiny : {0x1p-90f, 0x1p-120f}) {
           auto values = test::random_floats(rng, s.rows * s.in, true);
           for (int64_t i = 0; i < s.in; ++i) values[i] = round_to_bf16(values[i] * tiny);  // row 0, all of it
@@ -468,7 +472,69 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
           ASSERT_TRUE(same_bits(a, b)) << "fp8 as bf16 " << where << " tiny " << tiny;
         }
       }
-  EXPECT_GT(differing_orders, 0) << "no inexact block sum: the test cannot tell the orders apart";
+  EXPECT_GT(differing_orders_fp8, 0) << "no inexact FP8 block sum: the test cannot tell the orders apart";
+  EXPECT_GT(differing_orders_fp4, 0) << "no inexact MXFP4 block sum: the test cannot tell the orders apart";
+}
+
+// The AVX-512 tables' in-block order, pinned by a block where it shows: 14 large products make A = 14 * 2688 (MXFP4:
+// 448 * 6) or 14 * 448^2 (FP8), then the last pair adds u/2 (even element) and 3u/4 (odd), u = ulp(A). Odd first
+// (vdpbf16ps, and the FMA twin): A + 3u/4 -> A + u, + u/2 -> A + 2u (the tie to even). Even first (the
+// reference's k order): A + u/2 -> A (tie), + 3u/4 -> A + u. Tile-major weights at rows 1, 4 (decode paths) and
+// 8 (multi-row path), row-major ones at rows 8 (the row-major decode paths sum a block in an order of their own).
+TEST(LinearFast, Avx512AddsEachPairOddThenEven) {
+  const int out = 32, in = 32;
+  test::Fp8ActData x;
+  x.k = in;
+  test::Fp8WeightData w8;
+  w8.out = out;
+  w8.in = in;
+  w8.codes.assign(out * in, 0x00);
+  w8.scales.assign(1, 127);
+  test::Fp4WeightData w4;
+  w4.out = out;
+  w4.in = in;
+  w4.packed.assign(out * in / 2, 0x00);
+  w4.scales.assign(out, 127);
+  std::vector<uint8_t> act_row(in, 0x00);
+  for (int k = 0; k < 14; ++k) act_row[k] = 0x7E;  // 448
+  for (int o = 0; o < out; ++o) {
+    for (int k = 0; k < 14; ++k) w8.codes[o * in + k] = 0x7E;
+    w8.codes[o * in + 14] = 0x38;  // 1.0
+    w8.codes[o * in + 15] = 0x3C;  // 1.5
+    for (int k = 0; k < 14; k += 2) w4.packed[o * in / 2 + k / 2] = 0x77;  // 6.0, 6.0 (low nibble: even k)
+    w4.packed[o * in / 2 + 7] = 0x32;  // k 14: 1.0, k 15: 1.5
+  }
+  const float a4 = 14.0f * 2688.0f, u4 = 0x1p-8f, a8 = 14.0f * 448.0f * 448.0f, u8 = 0x1p-2f;
+  for (const LinearKernels* k : {linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kBf16Dot),
+                                 linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kFp32Fma)}) {
+    if (k == nullptr) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+    for (const int rows : {1, 4, 8})
+      for (const bool tiled : {false, true}) {
+        if (!tiled && rows < 8) continue;
+        x.rows = rows;
+        x.scales.assign(rows, 127);
+        x.codes.clear();
+        for (int r = 0; r < rows; ++r) x.codes.insert(x.codes.end(), act_row.begin(), act_row.end());
+        const std::string where = std::string(k->name) + " rows " + std::to_string(rows) + (tiled ? " tile-major" : "");
+        const OrderedWeights w = in_order(w8, w4, tiled);
+        std::vector<float> y(static_cast<size_t>(rows * out));
+        for (const uint8_t small : {uint8_t{0x01}, uint8_t{0x20}}) {  // 2^-9 (MXFP4's u/2), 2^-3 (FP8's)
+          x.codes[14] = x.codes[15] = small;
+          for (int r = 1; r < rows; ++r) std::copy_n(x.codes.begin(), in, x.codes.begin() + r * in);
+          if (small == 0x01) {
+            k->fp4_gemm(x.view(), w.fp4(), y.data(), nullptr);
+            for (const float v : y) ASSERT_EQ(v, a4 + 2 * u4) << "fp4 " << where;
+            reference_linear_kernels().fp4_gemm(x.view(), w4.view(), y.data(), nullptr);
+            ASSERT_EQ(y[0], a4 + u4);
+          } else {
+            k->fp8_gemm(x.view(), w.fp8(), y.data(), nullptr);
+            for (const float v : y) ASSERT_EQ(v, a8 + 2 * u8) << "fp8 " << where;
+            reference_linear_kernels().fp8_gemm(x.view(), w8.view(), y.data(), nullptr);
+            ASSERT_EQ(y[0], a8 + u8);
+          }
+        }
+      }
+  }
 }
 
 // Realistic operands (activations from act_quant of normal values, weights quantised per block): the
