@@ -22,6 +22,8 @@
 // result does not depend on the rows it runs with.
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path
 // (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
+// The "avx512fma" table (RowsMultiply::kFp32Fma) runs the same paths with fp32 FMAs in place of vdpbf16ps where
+// many rows share each decoded weight (the multi-row path; 2-4 rows of tile-major MXFP4), with the same bits.
 // The "amx" table (amx_kernels(), at the end) is this file's FP8 / MXFP4 GEMM with every row count on the
 // multi-row path and the rows' pass on AMX tiles (linear_amx.cpp) instead of rows_chunk.
 #include <algorithm>
@@ -79,12 +81,6 @@ const Avx512Tables& avx512_tables() {
 
 namespace {
 
-
-
-
-
-
-
 // FP4 tile-major scales (kernels/linear.h) of tile `tile` for blocks [b_begin, b_end): 16 consecutive bytes each.
 DSFLASH_AVX512 inline void fp4_tiled_scales(const GemmArgs& g, int64_t tile, int64_t b_begin, int64_t b_end,
                                             float (*sw)[kTile]) {
@@ -93,8 +89,6 @@ DSFLASH_AVX512 inline void fp4_tiled_scales(const GemmArgs& g, int64_t tile, int
     _mm512_store_ps(sw[b - b_begin], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(
                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + kTile * b)))));
 }
-
-
 
 // ---- Tile-major vectors ----
 // A 32-K block of a tile-major tile is kTiledVectors<kFp4> vectors of 64 bytes; vector v decodes to the pairs
@@ -509,7 +503,7 @@ constexpr int kTiledScaleBlocks = 32;  // weight scales are read 32 blocks at a 
 // Software prefetch distance along each tile's stream. The out-of-order window alone reaches ~2 KB ahead at ~15
 // instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs. Of 0-16 KB tried
 // (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower and 1-16 KB were within the noise.
-constexpr int64_t kTiledPrefetchBytes = 8192;
+constexpr int64_t kTiledPrefetchBytes = 4096;
 
 // NT (1 or 2) adjacent tiles from `tile` on, all of K, for R rows of plain bf16 activations (g.act [R, in]).
 // Each vector is decoded once for the R rows, and each activation broadcast serves the NT tiles. Per (row,
@@ -692,7 +686,8 @@ struct NaturalActivations {
 
 // kAmx: every row count takes the multi-row path on AMX tiles (a row's result must not depend on the rows it runs
 // with, and TDPBF16PS sums a block in an order of its own, so no row may take the vdpbf16ps paths instead).
-// multiply: how the multi-row path multiplies (not kAmx; the decode paths always use vdpbf16ps).
+// multiply: how the multi-row path and the tile-major MXFP4 decode of 2-4 rows multiply (not kAmx; the other
+// decode paths use vdpbf16ps).
 template <bool kFp4, bool kAmx = false>
 void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
                     bool tile_major, float* y, ThreadPool* pool, RowsMultiply multiply = RowsMultiply::kBf16Dot) {

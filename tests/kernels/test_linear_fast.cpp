@@ -445,7 +445,7 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
     return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
   };
   for (const Shape& s : shapes)
-    for (const auto [scale_lo, scale_hi] : {std::pair{110, 135}, std::pair{5, 250}})
+    for (const auto& [scale_lo, scale_hi] : {std::pair{110, 135}, std::pair{5, 250}})
       for (const bool tiled : {false, true}) {
         if (tiled && !tile_major_possible(s.out, s.in)) continue;
         const auto x = test::random_fp8_acts(rng, s.rows, s.in, scale_lo, scale_hi);
