@@ -23,7 +23,7 @@
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path
 // (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
 // The "avx512fma" table (RowsMultiply::kFp32Fma) runs the same paths with fp32 FMAs in place of vdpbf16ps where
-// many rows share each decoded weight (the multi-row path; 2-4 rows of tile-major MXFP4), with the same bits.
+// many rows share each decoded weight (the multi-row path; 2-4 rows on tile-major weights), with the same bits.
 // The "amx" table (amx_kernels(), at the end) is this file's FP8 / MXFP4 GEMM with every row count on the
 // multi-row path and the rows' pass on AMX tiles (linear_amx.cpp) instead of rows_chunk.
 #include <algorithm>
@@ -509,15 +509,15 @@ constexpr int64_t kTiledPrefetchBytes = 4096;
 // Each vector is decoded once for the R rows, and each activation broadcast serves the NT tiles. Per (row,
 // tile, block) one accumulator takes the 16 pairs in order, as rows_chunk does; two tiles give two independent
 // chains, and the blocks' chains overlap out of order.
-// kFma (MXFP4 only): fp32 FMAs in vdpbf16ps's order instead, on g.act_f32 [R, in] (RowsMultiply::kFp32Fma; e4m3
-// activations times e2m1 weights never make a subnormal product or sum). Vector v's dword lane i holds output i's
-// pairs 4v..4v+3 as nibbles, the even elements in the low word and the odd ones in the high word, so the pair
-// q element comes out of vpermps on the dword shifted right by 4q (even) or 16 + 4q (odd): 8 lookups of 16 fp32
-// weights and 7 shifts per 64 bytes, against 4 vpermw, 3 shifts and 4 vdpbf16ps: the same multiplies for twice
-// the lookups, which pays from 2 rows on (R = 1 keeps vdpbf16ps, see run_block_gemm).
+// kFma: fp32 FMAs in vdpbf16ps's order instead, on g.act_f32 [R, in] (RowsMultiply::kFp32Fma; run_block_gemm
+// checks that no product or sum can be subnormal). FP8: each bf16 pair vector splits into its odd (high halves) and
+// even (low halves shifted up) fp32 weights. MXFP4: vector v's dword lane i holds output i's pairs 4v..4v+3 as
+// nibbles, the even elements in the low word and the odd ones in the high word, so the pair q element comes out of
+// vpermps on the dword shifted right by 4q (even) or 16 + 4q (odd): 8 lookups of 16 fp32 weights and 7 shifts per
+// 64 bytes, against 4 vpermw, 3 shifts and 4 vdpbf16ps. Either way the conversion costs more and the multiplies
+// less, which pays from 2 rows on (R = 1 keeps vdpbf16ps, see run_block_gemm).
 template <bool kFp4, int R, int NT, bool kFma = false>
 DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
-  static_assert(kFp4 || !kFma);
   constexpr int kVectors = kTiledVectors<kFp4>, kPairs = kTiledPairs<kFp4>;
   constexpr int64_t kBlockBytes = kVectors * kTileMajorVectorBytes;  // one block of a tile
   const float* e8m0 = linear_decode_tables().e8m0_f32;
@@ -551,21 +551,28 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
         for (int r = 0; r < R; ++r)
           for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_setzero_ps();
       // FMA: vector by vector across the NB blocks, so that consecutive FMAs feed different chains (each waits
-      // ~4 cycles on its previous one, 8 times per vector).
+      // ~4 cycles on its previous one, 2 * kPairs times per vector).
       if constexpr (kFma) {
         for (int v = 0; v < kVectors; ++v)
           for (int n = 0; n < NB; ++n) {
-            __m512i raw[NT];
+            // MXFP4: the raw vector; FP8: its kPairs bf16 pair vectors (dword lane = output).
+            __m512i src[NT][kFp4 ? 1 : kPairs];
             for (int t = 0; t < NT; ++t) {
               const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
               _mm_prefetch(reinterpret_cast<const char*>(vector + kTiledPrefetchBytes), _MM_HINT_T0);
-              raw[t] = _mm512_loadu_si512(vector);
+              if constexpr (kFp4) src[t][0] = _mm512_loadu_si512(vector);
+              else tiled_pairs<false>(vector, tables, src[t]);
             }
             auto pair = [&]<int q>() DSFLASH_AVX512 {
               __m512 even[NT], odd[NT];
               for (int t = 0; t < NT; ++t) {
-                even[t] = _mm512_permutexvar_ps(q == 0 ? raw[t] : _mm512_srli_epi32(raw[t], 4 * q), fp4_f32);
-                odd[t] = _mm512_permutexvar_ps(_mm512_srli_epi32(raw[t], 16 + 4 * q), fp4_f32);
+                if constexpr (kFp4) {
+                  even[t] = _mm512_permutexvar_ps(q == 0 ? src[t][0] : _mm512_srli_epi32(src[t][0], 4 * q), fp4_f32);
+                  odd[t] = _mm512_permutexvar_ps(_mm512_srli_epi32(src[t][0], 16 + 4 * q), fp4_f32);
+                } else {
+                  odd[t] = _mm512_castsi512_ps(_mm512_and_si512(src[t][q], _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+                  even[t] = _mm512_castsi512_ps(_mm512_slli_epi32(src[t][q], 16));
+                }
               }
               for (int r = 0; r < R; ++r) {
                 const float* a = g.act_f32 + r * g.in + 32 * (b + n) + 2 * (kPairs * v + q);
@@ -576,8 +583,10 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
             };
             pair.template operator()<0>();
             pair.template operator()<1>();
-            pair.template operator()<2>();
-            pair.template operator()<3>();
+            if constexpr (kPairs == 4) {
+              pair.template operator()<2>();
+              pair.template operator()<3>();
+            }
           }
       } else {
         for (int n = 0; n < NB; ++n)
@@ -686,8 +695,8 @@ struct NaturalActivations {
 
 // kAmx: every row count takes the multi-row path on AMX tiles (a row's result must not depend on the rows it runs
 // with, and TDPBF16PS sums a block in an order of its own, so no row may take the vdpbf16ps paths instead).
-// multiply: how the multi-row path and the tile-major MXFP4 decode of 2-4 rows multiply (not kAmx; the other
-// decode paths use vdpbf16ps).
+// multiply: how the multi-row path and the tile-major decode of 2-4 rows multiply (not kAmx; the other decode
+// paths use vdpbf16ps).
 template <bool kFp4, bool kAmx = false>
 void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
                     bool tile_major, float* y, ThreadPool* pool, RowsMultiply multiply = RowsMultiply::kBf16Dot) {
@@ -744,13 +753,14 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
         default: run_tiles(tiled_decode_tiles<kFp4, 4, kFma>); break;
       }
     };
-    // One row stays on vdpbf16ps: measured (bench_linear, w1 / w2 tiled, 2 threads) the FMA recipe was 5-10%
-    // slower there and ~1.3x faster at 4 rows.
-    if (kFp4 && multiply == RowsMultiply::kFp32Fma && x.rows >= 2) {
+    // One row stays on vdpbf16ps: measured (bench_linear, w1 / w2 tiled, 2 threads) the MXFP4 FMA recipe was
+    // 5-10% slower there and ~1.3x faster at 4 rows. Products stay normal as in the multi-row path below.
+    if (multiply == RowsMultiply::kFp32Fma && x.rows >= 2 &&
+        (x.codes != nullptr || bf16_products_stay_normal(x.bf16_values, x.rows * in))) {
       const std::span<float> act_f32 = scratch.take<float>(static_cast<size_t>(x.rows * in));
       widen_bf16(act.data(), x.rows * in, act_f32.data());
       g.act_f32 = act_f32.data();
-      run_rows.template operator()<kFp4>();  // (always true here; false never instantiates FMAs for FP8)
+      run_rows.template operator()<true>();
     } else {
       run_rows.template operator()<false>();
     }
