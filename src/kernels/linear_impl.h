@@ -13,9 +13,9 @@ namespace dsflash::linear_impl {
 // x86-64-v3: AVX2 + FMA + F16C (the build baseline). nullptr on other CPUs.
 const LinearKernels* avx2_kernels();
 // AVX-512 F/BW/VL/DQ + BF16 + VBMI (Zen 4/5, Sapphire Rapids and later). nullptr when absent.
-// How its FP8 / MXFP4 GEMM multiplies where many rows share each decoded weight (more rows than its decode paths
-// take, and 2-4 rows of tile-major MXFP4; the other decode paths use vdpbf16ps): vdpbf16ps on bf16 pairs, or fp32 FMAs on the same values in vdpbf16ps's order (each pair's odd
-// product, then its even one, one rounding each). Both give the same bits: the products are exact and, in what
+// How its FP8 / MXFP4 GEMM multiplies where several rows share each decoded weight (the multi-row path, and 2-4
+// rows on tile-major weights; one row always uses vdpbf16ps): vdpbf16ps on bf16 pairs, or fp32 FMAs on the same
+// values in vdpbf16ps's order (each pair's odd product, then its even one, one rounding each). Both give the same bits: the products are exact and, in what
 // this GEMM feeds them, never subnormal (vdpbf16ps would flush them; the GEMM checks bf16 activations and keeps
 // vdpbf16ps where it cannot tell). CPUs differ in which is faster: on one Xeon vdpbf16ps took 2.1 cycles per 32
 // products and an FMA 0.5 per 16.

@@ -1,6 +1,7 @@
-// The compute-peak probes: their FLOP accounting (12 chains x 64 FLOPs per vdpbf16ps, 16 per 8-lane FMA, 32 / 16
-// per 16- / 8-lane mul + add pair, 16384 per TDPBF16PS) and a positive, finite rate on one thread and on a pool
-// (the rate itself is a measurement, never asserted); the read-bandwidth probe's byte count and a positive rate.
+// The compute-peak probes: their FLOP accounting (12 chains x 64 FLOPs per vdpbf16ps, 32 / 16 per 16- / 8-lane
+// FMA, 32 / 16 per 16- / 8-lane mul + add pair, 16384 per TDPBF16PS) and a positive, finite rate on one thread and
+// on a pool (the rate itself is a measurement, never asserted); the read-bandwidth probe's byte count and a
+// positive rate.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@ namespace {
 TEST(PeakProbe, CountsTheFlopsItRuns) {
   EXPECT_EQ(dot_probe_flops("avx512bf16 vdpbf16ps", 1000), 1000 * 12 * 64);
   EXPECT_EQ(dot_probe_flops("avx2 fp32 fma", 1000), 1000 * 12 * 16);
+  EXPECT_EQ(dot_probe_flops("avx512 fp32 fma", 1000), 1000 * 12 * 32);
   EXPECT_EQ(dot_probe_flops("avx512 fp32 mul+add", 1000), 1000 * 12 * 32);
   EXPECT_EQ(dot_probe_flops("avx2 fp32 mul+add", 1000), 1000 * 12 * 16);
   EXPECT_EQ(dot_probe_flops("amx-bf16 tdpbf16ps", 1000), int64_t{1000} * 12 * 16 * 16 * 32 * 2);
@@ -46,6 +48,12 @@ TEST(PeakProbe, ReportsAPositiveRateAndItsKernel) {
   EXPECT_GT(mul_add.gflops, 0.0);
   EXPECT_TRUE(std::isfinite(mul_add.gflops));
   EXPECT_EQ(mul_add.flops_per_thread % dot_probe_flops(mul_add.kernel, 1), 0);
+  // The fused fp32 FMA probe (the "avx512fma" GEMM limit).
+  const DotPeak fma = measure_dot_peak(&pool, 0.02, PeakOps::kFp32Fma);
+  EXPECT_NE(fma.kernel.find("fp32 fma"), std::string::npos) << fma.kernel;
+  EXPECT_GT(fma.gflops, 0.0);
+  EXPECT_TRUE(std::isfinite(fma.gflops));
+  EXPECT_EQ(fma.flops_per_thread % dot_probe_flops(fma.kernel, 1), 0);
 }
 
 TEST(PeakProbe, ReadBandwidthCountsWholeStepsAndIsPositive) {
