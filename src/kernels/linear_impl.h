@@ -21,7 +21,7 @@ const LinearKernels* avx2_kernels();
 // products and an FMA 0.5 per 16.
 enum class RowsMultiply { kBf16Dot, kFp32Fma };
 const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply);  // "avx512" / "avx512fma"
-// The faster of the two on this CPU (timed once, ~4 ms); avx512_kernels() is that table.
+// The faster of the two on this CPU (timed once, ~15 ms); avx512_kernels() is that table.
 RowsMultiply fastest_rows_multiply();
 const LinearKernels* avx512_kernels();
 // The AVX-512 table with the FP8 / MXFP4 GEMMs on AMX-BF16 tiles (Sapphire Rapids and later, where the OS grants
