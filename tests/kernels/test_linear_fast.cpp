@@ -435,7 +435,7 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
   const LinearKernels* dot = linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kBf16Dot);
   const LinearKernels* fma = linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kFp32Fma);
   if (dot == nullptr) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
-  // Rows 1..4 on tile-major MXFP4 take the decode path, which multiplies the same way.
+  // Rows 1..4 on tile-major weights take the decode paths (with FMAs from 2 rows on).
   const Shape shapes[] = {{1, 48, 2176}, {4, 32, 1056}, {5, 48, 384}, {9, 33, 1056}, {16, 64, 2176}, {300, 48, 128}};
   ThreadPool pool(2);
   std::mt19937 rng(77);
