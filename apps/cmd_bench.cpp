@@ -396,7 +396,8 @@ int run_bench(const BenchOptions& o) {
   // the largest size the figures use (min(longest prompt, --chunk) tokens): the first step of a size grows the
   // engine's scratch arenas, and the page faults of that fresh memory (~1 GB at 2048 tokens on the wide preset) are
   // a one-time cost of the process, not prefill speed. The exact plan warms up for both: it runs every layer on
-  // every token of the step, so its scratch covers the default plan's (warming both made the default run 133 s instead of 117).
+  // every token of the step, so its scratch covers the default plan's (warming both made the default run 133 s
+  // instead of 117).
   const std::vector<int64_t> prefill_lengths =
       o.prefix_cache || only_speculative ? std::vector<int64_t>{} : o.prompt_lengths;
   if (!prefill_lengths.empty()) {

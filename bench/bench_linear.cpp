@@ -9,7 +9,8 @@
 // from the median call of each (best_vs_read: from the fastest call of each). Rows >= 16 also time the table's
 // GEMM peak (its gemm_peak: the bf16 dot, fp32 FMAs for "avx512fma", the AMX tile unit for "amx") on the same
 // threads in the same run (peak_GFLOPs; vs_peak = GFLOPs / peak_GFLOPs): many rows are bound by the multiplies,
-// not the read (best_vs_peak: from the fastest call). Rows 2048 (one prefill chunk) run for the tile-major FP8 / MXFP4 shapes only.
+// not the read (best_vs_peak: from the fastest call). Rows 2048 (one prefill chunk) run for the tile-major FP8 /
+// MXFP4 shapes only.
 // Weights are several copies cycled so that each call reads from memory, not from the 32 MB L3; the "_cached"
 // shapes instead read one L2-resident copy, which shows what the kernel computes when memory is not the limit.
 // Run: build-<you>/bench/bench_linear [--threads=N] [--benchmark_filter=avx512] [--benchmark_repetitions=3]

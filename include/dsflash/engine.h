@@ -37,7 +37,7 @@ struct LoadOptions {
   bool reference_kernels = false;          // scalar reference kernels, single-threaded (the oracle)
   int num_threads = 0;                     // fast kernels: worker threads, 0 = one per hardware thread
   // Fast kernel table by name ("avx512", "amx", "avx2"; kernels/backend.h); empty: this CPU's default. "amx"
-  // trades one-row decode speed for 2-3.5x faster prefill and batched-decode matmuls.
+  // trades one-row decode speed for faster prefill and batched-decode matmuls (README: figures).
   std::string backend;
   bool pin_threads = false;                // pin each worker to one CPU, spread over the NUMA nodes
   // Lock the weights in RAM (mlock of the mapped shards: read in at load, never paged out). Needs a locked-memory
@@ -291,8 +291,9 @@ class Engine {
   int64_t global_kv_bytes_for_positions(int64_t positions) const;
   // The steps run since the last call (at most the last 4096), oldest first.
   std::vector<StepRecord> take_step_records();
-  // Times the dense-GEMM peak of the loaded kernel table now (the bf16 dot, or the AMX tile unit for "amx"; about
-  // `seconds`, on the worker threads the steps use: call it between requests, or it competes with them).
+  // Times the dense-GEMM peak of the loaded kernel table now (the instruction its many-row matmuls multiply with:
+  // the bf16 dot, fp32 FMAs where "avx512" chose them, the AMX tile unit for "amx"; about `seconds`, on the worker
+  // threads the steps use: call it between requests, or it competes with them).
   ComputePeak measure_compute_peak(double seconds = 0.25) const;
   ReadBandwidth measure_read_bandwidth(int64_t bytes = int64_t{512} << 20) const;
 

@@ -134,6 +134,13 @@ DSFLASH_AVX512 inline __m512bh activation_pair(const uint16_t* block, int j) {
   return (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
 }
 
+// A bf16 pair vector (dword lane = one output's pair) as fp32: the odd elements (the high halves) and the even ones
+// (the low halves shifted up), for the FMA twin of vdpbf16ps (RowsMultiply::kFp32Fma).
+DSFLASH_AVX512 inline void pair_as_fp32(__m512i pairs, __m512* odd, __m512* even) {
+  *odd = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  *even = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+}
+
 // ---- Multi-row path (rows >= 2) ----
 // A tile's weights (16 outputs) are converted once per 32-K block into an L1 scratch of 16 zmm, one per
 // code pair j = 0..15, lane o = output o's bf16 pair (k = 2j, 2j+1) as a dword. For one row,
@@ -253,7 +260,7 @@ DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* o
 // y waits in an L1 buffer, so that the accumulators alone fill the registers.
 // Act: uint16_t, bf16 activations multiplied by vdpbf16ps; or float, the same values as fp32, multiplied by fp32
 // FMAs in vdpbf16ps's order (RowsMultiply::kFp32Fma): each pair's odd product, then its even one, added with one
-// rounding each; the scratch pair's odd bf16 is its dword's high half, the even one its low half shifted up.
+// rounding each (pair_as_fp32).
 template <int RT, int NT, BlockScales kScales, class Act>
 DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (*const* sw)[kTile],
                                const Act* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
@@ -278,11 +285,7 @@ DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (
     for (int j = 0; j < 16; ++j) {
       if constexpr (std::is_same_v<Act, float>) {
         __m512 odd[NT], even[NT];
-        for (int t = 0; t < NT; ++t) {
-          const __m512i w = _mm512_load_si512(scratch[t] + 16 * b + j);
-          odd[t] = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-          even[t] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-        }
+        for (int t = 0; t < NT; ++t) pair_as_fp32(_mm512_load_si512(scratch[t] + 16 * b + j), &odd[t], &even[t]);
         for (int r = 0; r < RT; ++r) {
           const __m512 x_odd = _mm512_set1_ps(a[r * k + 2 * j + 1]), x_even = _mm512_set1_ps(a[r * k + 2 * j]);
           for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_fmadd_ps(odd[t], x_odd, acc[r][t]);
@@ -510,8 +513,8 @@ constexpr int64_t kTiledPrefetchBytes = 4096;
 // tile, block) one accumulator takes the 16 pairs in order, as rows_chunk does; two tiles give two independent
 // chains, and the blocks' chains overlap out of order.
 // kFma: fp32 FMAs in vdpbf16ps's order instead, on g.act_f32 [R, in] (RowsMultiply::kFp32Fma; run_block_gemm
-// checks that no product or sum can be subnormal). FP8: each bf16 pair vector splits into its odd (high halves) and
-// even (low halves shifted up) fp32 weights. MXFP4: vector v's dword lane i holds output i's pairs 4v..4v+3 as
+// checks that no product or sum can be subnormal). FP8: each bf16 pair vector splits into fp32 weights
+// (pair_as_fp32). MXFP4: vector v's dword lane i holds output i's pairs 4v..4v+3 as
 // nibbles, the even elements in the low word and the odd ones in the high word, so the pair q element comes out of
 // vpermps on the dword shifted right by 4q (even) or 16 + 4q (odd): 8 lookups of 16 fp32 weights and 7 shifts per
 // 64 bytes, against 4 vpermw, 3 shifts and 4 vdpbf16ps. Either way the conversion costs more and the multiplies
@@ -570,8 +573,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
                   even[t] = _mm512_permutexvar_ps(q == 0 ? src[t][0] : _mm512_srli_epi32(src[t][0], 4 * q), fp4_f32);
                   odd[t] = _mm512_permutexvar_ps(_mm512_srli_epi32(src[t][0], 16 + 4 * q), fp4_f32);
                 } else {
-                  odd[t] = _mm512_castsi512_ps(_mm512_and_si512(src[t][q], _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-                  even[t] = _mm512_castsi512_ps(_mm512_slli_epi32(src[t][q], 16));
+                  pair_as_fp32(src[t][q], &odd[t], &even[t]);
                 }
               }
               for (int r = 0; r < R; ++r) {
@@ -740,11 +742,16 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     }
     return NaturalActivations{&x, fold && x.codes != nullptr};
   };
+  // fp32 FMAs (multiply) give vdpbf16ps's bits when no product or partial sum is subnormal (vdpbf16ps flushes
+  // them): always for e4m3 activations (see act_scales_carried_exactly and weight_scales_fold_exactly), and for bf16
+  // ones of magnitude 0 or >= 2^-100 (every product a multiple of 2^-116: the smallest e4m3 step 2^-9 times a's
+  // 2^-107). Asked only where FMAs would run (the check reads every activation).
+  auto fma_keeps_bits = [&] {
+    return !kAmx && multiply == RowsMultiply::kFp32Fma &&
+           (x.codes != nullptr || bf16_products_stay_normal(x.bf16_values, x.rows * in));
+  };
   if (!kAmx && tile_major && x.rows <= kTiledDecodeMaxRows) {
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row.
-    const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
-    natural_activations(false).prepare(act.data(), 0, x.rows);
-    g.act = act.data();
     auto run_rows = [&]<bool kFma>() {
       switch (x.rows) {
         case 1: run_tiles(tiled_decode_tiles<kFp4, 1, kFma>); break;
@@ -754,16 +761,23 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
       }
     };
     // One row stays on vdpbf16ps: measured (bench_linear, w1 / w2 tiled, 2 threads) the MXFP4 FMA recipe was
-    // 5-10% slower there and ~1.3x faster at 4 rows. Products stay normal as in the multi-row path below.
-    if (multiply == RowsMultiply::kFp32Fma && x.rows >= 2 &&
-        (x.codes != nullptr || bf16_products_stay_normal(x.bf16_values, x.rows * in))) {
-      const std::span<float> act_f32 = scratch.take<float>(static_cast<size_t>(x.rows * in));
-      widen_bf16(act.data(), x.rows * in, act_f32.data());
-      g.act_f32 = act_f32.data();
-      run_rows.template operator()<true>();
+    // 5-10% slower there and ~1.3x faster at 4 rows.
+    const bool fma = x.rows >= 2 && fma_keeps_bits();
+    const NaturalActivations natural = natural_activations(false);  // (sets the activation scales too)
+    if (fma && x.codes == nullptr) {
+      g.act_f32 = x.bf16_values;  // fp32 rows holding bf16 values: the FMAs' operands as they are
     } else {
-      run_rows.template operator()<false>();
+      const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
+      natural.prepare(act.data(), 0, x.rows);
+      g.act = act.data();
+      if (fma) {
+        const std::span<float> act_f32 = scratch.take<float>(static_cast<size_t>(x.rows * in));
+        widen_bf16(act.data(), x.rows * in, act_f32.data());
+        g.act_f32 = act_f32.data();
+      }
     }
+    if (fma) run_rows.template operator()<true>();
+    else run_rows.template operator()<false>();
     return;
   }
   if (!kAmx && kFp4 && x.rows <= kFp4DecodeMaxRows) {
@@ -794,13 +808,9 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   }
   // Several rows: plain bf16 activations [rows, in], converted weight tiles shared by all rows; for AMX, zero rows
   // past the end that its 16-row tile loads may read. Multiplied by fp32 FMAs, the rows are fp32 (the bf16 ones
-  // widened; fp32 activations holding bf16 values serve as they are). FMAs give vdpbf16ps's bits when no product or
-  // partial sum is subnormal (vdpbf16ps flushes them): always for e4m3 activations (see act_scales_carried_exactly
-  // and weight_scales_fold_exactly), and for bf16 ones of magnitude 0 or >= 2^-100 (every product a multiple of
-  // 2^-116: the smallest e4m3 step 2^-9 times a's 2^-107).
+  // widened; fp32 activations holding bf16 values serve as they are).
   const NaturalActivations natural = natural_activations(true);
-  const bool fma = !kAmx && multiply == RowsMultiply::kFp32Fma &&
-                   (x.codes != nullptr || bf16_products_stay_normal(x.bf16_values, x.rows * in));
+  const bool fma = fma_keeps_bits();
   const bool bf16_rows = !fma || x.codes != nullptr;
   const int64_t padding_rows = kAmx ? kAmxPaddingRows : 0;
   std::span<uint16_t> act;

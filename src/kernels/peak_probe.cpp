@@ -2,9 +2,11 @@
 
 #include "kernels/linear_impl.h"
 
-// GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized.
+// GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized. chains() passes
+// 512-bit vectors between always-inlined functions, which -Wpsabi flags although no call remains to have an ABI.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wpsabi"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -18,46 +20,46 @@ namespace {
 
 constexpr int kChains = 12;  // independent accumulators: more than latency x throughput of the dot unit
 
-// Register-only loops; the result feeds a sink so the compiler keeps every instruction.
+using Floats16 = float __attribute__((vector_size(64)));
+using Floats8 = float __attribute__((vector_size(32)));
+
+// Register-only loops: kChains accumulators of V (a GCC vector of floats), each advanced `rounds` times by
+// step(acc); the lane sum of their total feeds a sink, so the compiler keeps every instruction. Inlined into the
+// callers below, whose target attributes (and their steps') pick the instructions.
+template <class V, class Step>
+__attribute__((always_inline)) inline float chains(int64_t rounds, Step step) {
+  V acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = V{};
+  for (int64_t r = 0; r < rounds; ++r) {
+    for (int c = 0; c < kChains; ++c) acc[c] = step(acc[c]);
+  }
+  V total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = total + acc[c];
+  float sum = 0.0f;
+  for (size_t lane = 0; lane < sizeof(V) / sizeof(float); ++lane) sum += total[lane];
+  return sum;
+}
+
 __attribute__((target("avx512f,avx512bf16"))) float bf16_dot_rounds(int64_t rounds) {
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_setzero_ps();
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3F80);  // 1.0 bf16
   const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3C00);  // 2^-7: sums stay finite
-  for (int64_t r = 0; r < rounds; ++r) {
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
-  }
-  __m512 total = acc[0];
-  for (int c = 1; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
-  return _mm512_reduce_add_ps(total);
+  return chains<Floats16>(rounds, [&](Floats16 acc) __attribute__((target("avx512f,avx512bf16"))) {
+    return (Floats16)_mm512_dpbf16_ps((__m512)acc, a, b);
+  });
 }
 
 __attribute__((target("avx512f"))) float fma_rounds_avx512(int64_t rounds) {
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_setzero_ps();
   const __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1.0f / 128);
-  for (int64_t r = 0; r < rounds; ++r) {
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(a, b, acc[c]);
-  }
-  __m512 total = acc[0];
-  for (int c = 1; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
-  return _mm512_reduce_add_ps(total);
+  return chains<Floats16>(rounds, [&](Floats16 acc) __attribute__((target("avx512f"))) {
+    return (Floats16)_mm512_fmadd_ps(a, b, (__m512)acc);
+  });
 }
 
 __attribute__((target("avx2,fma"))) float fma_rounds(int64_t rounds) {
-  __m256 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_setzero_ps();
   const __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(1.0f / 128);
-  for (int64_t r = 0; r < rounds; ++r) {
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(a, b, acc[c]);
-  }
-  __m256 total = acc[0];
-  for (int c = 1; c < kChains; ++c) total = _mm256_add_ps(total, acc[c]);
-  float lanes[8];
-  _mm256_storeu_ps(lanes, total);
-  float s = 0;
-  for (float v : lanes) s += v;
-  return s;
+  return chains<Floats8>(rounds, [&](Floats8 acc) __attribute__((target("avx2,fma"))) {
+    return (Floats8)_mm256_fmadd_ps(a, b, (__m256)acc);
+  });
 }
 
 // Multiply-then-add pairs on distinct products, on V, a GCC vector of floats (the build never contracts them into
@@ -82,8 +84,6 @@ __attribute__((always_inline)) inline float mul_add_chains(int64_t rounds) {
   return sum;
 }
 
-using Floats16 = float __attribute__((vector_size(64)));
-using Floats8 = float __attribute__((vector_size(32)));
 __attribute__((target("avx512f"))) float mul_add_rounds_avx512(int64_t rounds) { return mul_add_chains<Floats16>(rounds); }
 __attribute__((target("avx2"))) float mul_add_rounds_avx2(int64_t rounds) { return mul_add_chains<Floats8>(rounds); }
 
