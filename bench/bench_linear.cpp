@@ -23,12 +23,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/huge_page_buffer.h"
 #include "core/thread_pool.h"
+#include "formats/formats.h"
+#include "formats/quant.h"
 #include "kernels/linear.h"
 #include "kernels/linear_impl.h"
 #include "kernels/peak_probe.h"
@@ -157,8 +160,18 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
       }
     }
   }
-  std::vector<uint8_t> x_codes(static_cast<size_t>(rows * shape.in)), x_scales(static_cast<size_t>(rows * shape.in / 32), 127);
-  fill_random(x_codes.data(), x_codes.size(), 7, 0x77);
+  // Activations as the model makes them: act_quant of bf16 values of one scale (normal, as hidden states are), so
+  // the codes' magnitudes within a block spread as real ones do (exact_fp4_partials depends on that spread).
+  std::vector<uint8_t> x_codes(static_cast<size_t>(rows * shape.in)), x_scales(static_cast<size_t>(rows * shape.in / 32));
+  {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> hidden(static_cast<size_t>(shape.in));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& v : hidden) v = round_to_bf16(normal(rng));
+      act_quant_block32(hidden.data(), shape.in, x_codes.data() + r * shape.in, x_scales.data() + r * (shape.in / 32));
+    }
+  }
   std::vector<float> x_f32(static_cast<size_t>(rows * shape.in));
   for (size_t i = 0; i < x_f32.size(); ++i) x_f32[i] = static_cast<float>(static_cast<int>(x_codes[i] % 17) - 8) * 0.125f;
   if (shape.format == Format::kBf16Fp32x)  // not bf16 values: a bit below bf16 precision set in every one

@@ -1,4 +1,4 @@
-// AVX-512 FP8 / MXFP4 linear kernels (F/BW/VL/DQ + BF16 + VBMI), compiled per function with target attributes
+// AVX-512 FP8 / MXFP4 linear kernels (F/BW/VL/DQ + BF16 + VBMI + VNNI), compiled per function with target attributes
 // so the rest of the binary stays x86-64-v3. The BF16 linear of this table is in linear_avx512_bf16.cpp.
 //
 // FP8 / FP4 (spec/MODEL.md §4.9): e4m3 and e2m1 values are exact in bf16 and their products are exact in
@@ -17,9 +17,10 @@
 //   block partials of 16 outputs in one zmm (no horizontal reduction); the scratch serves every row.
 // Tile-major (the load-time copy): each 64-byte vector decodes straight into that scratch layout (FP8: 2 pairs
 // with the two byte lookups and unpacks, FP4: 4 pairs with a shift and vpermw each), so there is neither a
-// gather nor a reduction. Rows 1..4 (tiled_decode_tiles) keep the pairs in registers, two tiles at a time;
-// more rows go through gemm_tiles_rows. Both sum a block's 16 pairs in one chain in pair order, so a row's
-// result does not depend on the rows it runs with.
+// gather nor a reduction. Rows 1..4 (tiled_decode_tiles) keep the pairs in registers, two or four tiles at a
+// time; more rows go through gemm_tiles_rows. Both sum a block's 16 pairs in one chain in pair order, so a row's
+// result does not depend on the rows it runs with. One MXFP4 row takes integer dot products instead wherever they
+// give that chain's bits (exact_fp4_partials).
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path
 // (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
 // The "avx512fma" table (RowsMultiply::kFp32Fma) runs the same paths with fp32 FMAs in place of vdpbf16ps where
@@ -27,6 +28,7 @@
 // The "amx" table (amx_kernels(), at the end) is this file's FP8 / MXFP4 GEMM with every row count on the
 // multi-row path and the rows' pass on AMX tiles (linear_amx.cpp) instead of rows_chunk.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -51,6 +53,7 @@ const Avx512Tables& avx512_tables() {
       const uint32_t bits = static_cast<uint32_t>(t.e2m1_bf16[c]) << 16;
       std::memcpy(&a.fp4_f32[c], &bits, 4);
     }
+    for (int c = 0; c < 32; ++c) a.fp4_int[c] = static_cast<int16_t>(2.0f * t.e2m1_f32[c % 16]);
     // Y_s word 8*m + r (lane m, r = 0..7) <- output t = r % 4 of the 4 (two per source register, 16 code
     // pairs each), code pair j = 8s + 2m + r / 4.
     for (int s = 0; s < 2; ++s)
@@ -508,10 +511,88 @@ constexpr int kTiledScaleBlocks = 32;  // weight scales are read 32 blocks at a 
 // (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower and 1-16 KB were within the noise.
 constexpr int64_t kTiledPrefetchBytes = 4096;
 
-// NT (1 or 2) adjacent tiles from `tile` on, all of K, for R rows of plain bf16 activations (g.act [R, in]).
+// ---- Exact integer MXFP4 decode (one row) ----
+// vdpbf16ps takes ~2.1 cycles here and vpdpwssd ~1.4 (one core: 15 GB/s of MXFP4 weights with the first, 26 with
+// the second, registers only), so a row's blocks go through integers wherever that gives the same bits.
+// Activation a = N * 2^(s-10) with N an integer: an e4m3 value is sig * 2^(e'-10) (sig = 8 + mantissa and e' = the
+// exponent field for normals, sig = mantissa and e' = 1 for subnormals), and s = the smallest e' of the block's
+// nonzero values. Weight w = W / 2 with W = 2 * e2m1 in [-12, 12]. A block's sum of a * w is then
+// (Σ N * W) * 2^(s-11), Σ N * W an exact int32 (vpdpwssd). Where every |N| < 2^15 (int16), every partial sum of
+// any order is a multiple of 2^(s-11) below 32 * 12 * 2^15 < 2^24 of them, so the vdpbf16ps chain is exact at each
+// step (and never subnormal: 2^(s-11) >= 2^-10) and gives (Σ N * W) * 2^(s-11) too: the same bits, whatever the
+// weights. Other blocks (NaN codes; magnitudes spanning more than 2^11 in steps, a few in a hundred for act_quant'ed
+// activations) keep the bf16 path.
+}  // namespace
+
+DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int16_t* ints, float* units) {
+  const __m512i magnitude_bits = _mm512_set1_epi32(0x7f), mantissa_bits = _mm512_set1_epi32(7);
+  for (int64_t b = 0; b < k / 32; ++b) {
+    __m512i code[2], sig[2], step[2];
+    bool nan = false;
+    int smallest = 16;  // above every e'
+    for (int h = 0; h < 2; ++h) {
+      code[h] = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 32 * b + 16 * h)));
+      const __m512i magnitude = _mm512_and_si512(code[h], magnitude_bits);
+      nan |= _mm512_cmpeq_epi32_mask(magnitude, magnitude_bits) != 0;
+      const __m512i exponent = _mm512_srli_epi32(magnitude, 3);
+      const __m512i mantissa = _mm512_and_si512(magnitude, mantissa_bits);
+      sig[h] = _mm512_mask_or_epi32(mantissa, _mm512_test_epi32_mask(exponent, exponent), mantissa,
+                                    _mm512_set1_epi32(8));
+      step[h] = _mm512_max_epi32(exponent, _mm512_set1_epi32(1));
+      const __mmask16 nonzero = _mm512_test_epi32_mask(magnitude, magnitude);
+      if (nonzero != 0) smallest = std::min(smallest, _mm512_mask_reduce_min_epi32(nonzero, step[h]));
+    }
+    if (smallest == 16) smallest = 1;  // all zero: any unit
+    int largest = 0;
+    for (int h = 0; h < 2; ++h) {
+      // Zero codes have sig 0; a negative shift count (a zero's e' of 1 below s) shifts everything out too.
+      const __m512i n = _mm512_sllv_epi32(sig[h], _mm512_sub_epi32(step[h], _mm512_set1_epi32(smallest)));
+      largest = std::max(largest, _mm512_reduce_max_epi32(n));
+      const __mmask16 negative = _mm512_test_epi32_mask(code[h], _mm512_set1_epi32(0x80));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ints + 32 * b + 16 * h),
+                          _mm512_cvtepi32_epi16(_mm512_mask_sub_epi32(n, negative, _mm512_setzero_si512(), n)));
+    }
+    units[b] = !nan && largest < (1 << 15) ? std::ldexp(1.0f, smallest - 11) : 0.0f;
+  }
+}
+
+namespace {
+
+// NT tiles' partials of blocks [b, b + NB) for one row from g.act_ints (every block exact): per 64-byte vector, the
+// 4 pair vectors of W (vpermw as tiled_pairs, on the integer table) times the broadcast N pairs, summed in int32
+// (exactly, so in any order), then times the block's unit.
+template <int NB, int NT>
+DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* w, int64_t tile_bytes, int64_t b,
+                                              __m512i int_table, __m512 (&partial)[NB][1][NT]) {
+  constexpr int64_t kBlockBytes = kTiledVectors<true> * kTileMajorVectorBytes;
+  __m512i sum[NB][NT];
+  for (int n = 0; n < NB; ++n)
+    for (int t = 0; t < NT; ++t) sum[n][t] = _mm512_setzero_si512();
+  for (int n = 0; n < NB; ++n)
+    for (int v = 0; v < kTiledVectors<true>; ++v) {
+      const int16_t* a = g.act_ints + 32 * (b + n) + 8 * v;  // pairs 4v..4v+3
+      for (int t = 0; t < NT; ++t) {
+        const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
+        _mm_prefetch(reinterpret_cast<const char*>(vector + kTiledPrefetchBytes), _MM_HINT_T0);
+        const __m512i raw = _mm512_loadu_si512(vector);
+        for (int q = 0; q < 4; ++q) {
+          const __m512i weights = _mm512_permutexvar_epi16(q == 0 ? raw : _mm512_srli_epi16(raw, 4 * q), int_table);
+          int32_t pair;
+          std::memcpy(&pair, a + 2 * q, 4);
+          sum[n][t] = _mm512_dpwssd_epi32(sum[n][t], weights, _mm512_set1_epi32(pair));
+        }
+      }
+    }
+  for (int n = 0; n < NB; ++n)
+    for (int t = 0; t < NT; ++t)
+      partial[n][0][t] = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[n][t]), _mm512_set1_ps(g.exact_units[b + n]));
+}
+
+// NT (1, 2 or 4) adjacent tiles from `tile` on, all of K, for R rows of plain bf16 activations (g.act [R, in]).
 // Each vector is decoded once for the R rows, and each activation broadcast serves the NT tiles. Per (row,
-// tile, block) one accumulator takes the 16 pairs in order, as rows_chunk does; two tiles give two independent
-// chains, and the blocks' chains overlap out of order.
+// tile, block) one accumulator takes the 16 pairs in order, as rows_chunk does; the tiles give independent
+// chains, and the blocks' chains overlap out of order. One MXFP4 row: groups of blocks that are all exact in
+// integers (g.exact_units) take exact_fp4_partials.
 // kFma: fp32 FMAs in vdpbf16ps's order instead, on g.act_f32 [R, in] (RowsMultiply::kFp32Fma; run_block_gemm
 // checks that no product or sum can be subnormal). FP8: each bf16 pair vector splits into fp32 weights
 // (pair_as_fp32). MXFP4: vector v's dword lane i holds output i's pairs 4v..4v+3 as
@@ -527,6 +608,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
   __m512i tables[4];
   load_tiled_tables<kFp4>(tables);
   const __m512 fp4_f32 = _mm512_load_ps(avx512_tables().fp4_f32);
+  const __m512i int_table = _mm512_load_si512(avx512_tables().fp4_int);
   const int64_t tile_bytes = kTile * (kFp4 ? g.in / 2 : g.in);
   const uint8_t* w = g.w + tile * tile_bytes;
   if constexpr (kFp4)  // the next call's
@@ -553,6 +635,12 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       for (int n = 0; n < NB; ++n)
         for (int r = 0; r < R; ++r)
           for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_setzero_ps();
+      bool exact = false;  // one row of MXFP4 through integers (every block of the group exact)
+      if constexpr (kFp4 && R == 1 && !kFma) {
+        exact = g.exact_units != nullptr;
+        for (int n = 0; n < NB && exact; ++n) exact = g.exact_units[b + n] != 0.0f;
+        if (exact) exact_fp4_partials<NB, NT>(g, w, tile_bytes, b, int_table, acc);
+      }
       // FMA: vector by vector across the NB blocks, so that consecutive FMAs feed different chains (each waits
       // ~4 cycles on its previous one, 2 * kPairs times per vector).
       if constexpr (kFma) {
@@ -590,7 +678,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
               pair.template operator()<3>();
             }
           }
-      } else {
+      } else if (!exact) {
         for (int n = 0; n < NB; ++n)
           for (int v = 0; v < kVectors; ++v) {
             __m512i pairs[NT][kPairs];
@@ -627,6 +715,11 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
 template <bool kFp4, int R, bool kFma = false>
 DSFLASH_AVX512 void tiled_decode_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   int64_t tile = tile_begin;
+  // One row: four tiles at a time (16 accumulators, four streams per thread): measured (bench_linear, tiled,
+  // rows:1, 2 threads, alternated) 8% faster than two on wo_b FP8, 2-4% on wq_b, w1 and w2; eight (two blocks at
+  // a time) was slower again.
+  if constexpr (R == 1)
+    for (; tile + 4 <= tile_end; tile += 4) tiled_decode<kFp4, R, 4, kFma>(g, tile);
   for (; tile + 2 <= tile_end; tile += 2) tiled_decode<kFp4, R, 2, kFma>(g, tile);
   if (tile < tile_end) tiled_decode<kFp4, R, 1, kFma>(g, tile);
 }
@@ -764,6 +857,14 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     // 5-10% slower there and ~1.3x faster at 4 rows.
     const bool fma = x.rows >= 2 && fma_keeps_bits();
     const NaturalActivations natural = natural_activations(false);  // (sets the activation scales too)
+    if (kFp4 && x.rows == 1 && x.codes != nullptr) {
+      // One MXFP4 row: through integers wherever that is exact (exact_fp4_partials), the bf16 pairs elsewhere.
+      const std::span<int16_t> ints = scratch.take<int16_t>(static_cast<size_t>(in));
+      const std::span<float> units = scratch.take<float>(static_cast<size_t>(g.kb));
+      prepare_exact_fp4_row(x.codes->codes, in, ints.data(), units.data());
+      g.act_ints = ints.data();
+      g.exact_units = units.data();
+    }
     if (fma && x.codes == nullptr) {
       g.act_f32 = x.bf16_values;  // fp32 rows holding bf16 values: the FMAs' operands as they are
     } else {
@@ -898,7 +999,8 @@ void fp4_gemm_amx(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadP
 const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply) {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                                __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
+                                __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi") &&
+                                __builtin_cpu_supports("avx512vnni");
   static const LinearKernels dot{"avx512", true, fp8_gemm_avx512<RowsMultiply::kBf16Dot>,
                                  fp4_gemm_avx512<RowsMultiply::kBf16Dot>, bf16_gemm_avx512,
                                  fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>};

@@ -12,7 +12,7 @@ namespace dsflash::linear_impl {
 
 // x86-64-v3: AVX2 + FMA + F16C (the build baseline). nullptr on other CPUs.
 const LinearKernels* avx2_kernels();
-// AVX-512 F/BW/VL/DQ + BF16 + VBMI (Zen 4/5, Sapphire Rapids and later). nullptr when absent.
+// AVX-512 F/BW/VL/DQ + BF16 + VBMI + VNNI (Zen 4/5, Sapphire Rapids and later). nullptr when absent.
 // How its FP8 / MXFP4 GEMM multiplies where several rows share each decoded weight (the multi-row path, and 2-4
 // rows on tile-major weights; one row always uses vdpbf16ps): vdpbf16ps on bf16 pairs, or fp32 FMAs on the same
 // values in vdpbf16ps's order (each pair's odd product, then its even one, one rounding each). Both give the same
@@ -24,6 +24,11 @@ const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply);  // "avx
 // The faster of the two on this CPU (timed once, ~16 ms); avx512_kernels() is that table.
 RowsMultiply fastest_rows_multiply();
 const LinearKernels* avx512_kernels();
+// The AVX-512 tables' one-row MXFP4 decode multiplies blocks in integers where that gives the bits of the bf16
+// chain (linear_avx512.cpp, exact_fp4_partials): e4m3 codes [k] -> ints [k] (a = ints * units * 2) and units [k/32]
+// (a power of two per block, 0 where the block keeps the bf16 path: NaN codes, or an int16 would not hold it).
+// Only where avx512_kernels() is not nullptr.
+void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int16_t* ints, float* units);
 // The AVX-512 table with the FP8 / MXFP4 GEMMs on AMX-BF16 tiles (Sapphire Rapids and later, where the OS grants
 // tile data). nullptr when absent.
 const LinearKernels* amx_kernels();

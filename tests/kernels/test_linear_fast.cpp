@@ -538,6 +538,124 @@ TEST(LinearFast, Avx512AddsEachPairOddThenEven) {
   }
 }
 
+// The one-row MXFP4 decode's integer activations (linear_impl::prepare_exact_fp4_row): every code's value is
+// ints * units * 2, and a block keeps the bf16 path (unit 0) exactly where a NaN or an int16 overflow forbids them.
+TEST(LinearFast, ExactFp4RowIntegersHoldTheCodesValues) {
+  if (linear_impl::avx512_kernels() == nullptr) GTEST_SKIP() << "no AVX-512 on this CPU";
+  struct Case {
+    std::vector<uint8_t> set;  // the block's first codes, the rest 0
+    bool exact;
+  };
+  // 448 = 14 * 2^(15-10), 0.125 = 8 * 2^(4-10): N(448) = 14 << 11 = 28672 fits an int16; 0.0625 (e' 3) needs
+  // 14 << 12 = 57344, which does not. 2^-9 is the subnormal 1 * 2^(1-10).
+  const Case cases[] = {{{0x7E, 0x20}, true},        {{0x7E, 0x18}, false},       {{0xFE, 0xA0, 0x7E}, true},
+                        {{0x38, 0x01, 0x81}, true},  {{0x7E, 0x01}, false},       {{0x38, 0x7F}, false},
+                        {{0xFF}, false},             {{0x00, 0x80}, true},        {{}, true},
+                        {{0x77, 0x40, 0x29}, true},  {{0x7E, 0x20, 0xA1}, true}};
+  std::mt19937 rng(5);
+  std::vector<uint8_t> codes;
+  std::vector<bool> expected;
+  for (const Case& c : cases) {
+    std::vector<uint8_t> block(32, 0x00);
+    std::copy(c.set.begin(), c.set.end(), block.begin());
+    codes.insert(codes.end(), block.begin(), block.end());
+    expected.push_back(c.exact);
+  }
+  for (int b = 0; b < 8; ++b) {  // random codes of exponent fields 8..15: steps within 2^7, always exact
+    for (int i = 0; i < 32; ++i) {
+      const auto code = static_cast<uint8_t>((rng() & 0x80) | (8 + rng() % 8) << 3 | (rng() & 7));
+      codes.push_back((code & 0x7F) == 0x7F ? code - 1 : code);  // not NaN
+    }
+    expected.push_back(true);
+  }
+  const int64_t k = static_cast<int64_t>(codes.size());
+  std::vector<int16_t> ints(codes.size(), -1);
+  std::vector<float> units(expected.size(), -1.0f);
+  linear_impl::prepare_exact_fp4_row(codes.data(), k, ints.data(), units.data());
+  for (size_t b = 0; b < expected.size(); ++b) {
+    ASSERT_EQ(units[b] != 0.0f, expected[b]) << "block " << b;
+    if (!expected[b]) continue;
+    for (int i = 0; i < 32; ++i) {
+      const uint8_t code = codes[32 * b + i];
+      ASSERT_EQ(static_cast<float>(ints[32 * b + i]) * units[b] * 2.0f, e4m3_to_f32(code))
+          << "block " << b << " code " << int{code};
+    }
+  }
+}
+
+// One MXFP4 row through integers gives the bits of the bf16 chain, the same row runs with in a batch (2 rows: the
+// FMA or vdpbf16ps chains, never integers), on blocks of every kind: exact ones, ones just past the int16 limit,
+// NaNs, zeros, and groups of four blocks that mix them (the integer path takes whole groups). Inexact sums occur
+// in the blocks past the limit, so a wrong choice would show.
+TEST(LinearFast, Fp4RowThroughIntegersGivesTheBatchedBits) {
+  if (linear_impl::avx512_kernels() == nullptr) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(33);
+  auto e4m3 = [&](int exponent_field) {  // a random sign and mantissa
+    return static_cast<uint8_t>((rng() & 0x80) | exponent_field << 3 | (rng() & 7));
+  };
+  for (const LinearKernels* k : fast_kernels())
+    for (const Shape s : {Shape{1, 64, 32}, Shape{1, 48, 96}, Shape{1, 80, 288}, Shape{1, 64, 1184}})
+      for (const bool with_nan : {false, true}) {
+        const int64_t kb = s.in / 32;
+        test::Fp8ActData x;
+        x.rows = 2;
+        x.k = s.in;
+        std::vector<uint8_t> row(static_cast<size_t>(s.in));
+        for (int64_t b = 0; b < kb; ++b) {
+          uint8_t* block = row.data() + 32 * b;
+          const int kind = static_cast<int>(b % 5);  // period 5: each kind meets the others in groups of 4
+          const int top = kind == 2 ? 13 + static_cast<int>(rng() % 3) : 8 + static_cast<int>(rng() % 8);
+          for (int i = 0; i < 32; ++i) block[i] = e4m3(top - static_cast<int>(rng() % 5));
+          const int at_top = static_cast<int>(rng() % 32), small = (at_top + 1 + static_cast<int>(rng() % 31)) % 32;
+          block[at_top] = e4m3(top);
+          if (kind == 1) block[small] = e4m3(std::max(1, top - 11));  // at the limit: 15 << 11 fits an int16
+          if (kind == 2) block[small] = e4m3(1 + static_cast<int>(rng() % (top - 12)));  // past it: 8 << 12 does not
+          // with_nan: one NaN, block 8, in a group of otherwise exact blocks (3, 4, 0, 1) or alone (a NaN anywhere
+          // else too would make every output NaN and hide the other blocks' bits).
+          if (kind == 3 && b == 8 && with_nan) block[small] = (rng() & 1) ? 0x7F : 0xFF;
+          if (kind == 4) std::fill(block, block + 32, 0x00);
+          for (int i = 0; i < 32; ++i)
+            if ((block[i] & 0x7F) == 0x7F && i != small) block[i] = 0x7E;
+        }
+        x.codes = row;
+        x.codes.insert(x.codes.end(), row.begin(), row.end());
+        x.scales.resize(static_cast<size_t>(2 * kb));
+        for (auto& c : x.scales) c = static_cast<uint8_t>(118 + rng() % 16);
+        std::copy_n(x.scales.begin(), kb, x.scales.begin() + kb);
+        std::vector<int16_t> ints(static_cast<size_t>(s.in));
+        std::vector<float> units(static_cast<size_t>(kb));
+        linear_impl::prepare_exact_fp4_row(row.data(), s.in, ints.data(), units.data());
+        int exact_blocks = 0, mixed_groups = 0;
+        for (int64_t b = 0; b < kb; ++b) {
+          exact_blocks += units[static_cast<size_t>(b)] != 0.0f;
+          if (b % 4 == 3) {
+            const auto in_group =
+                std::count_if(units.begin() + b - 3, units.begin() + b + 1, [](float u) { return u != 0.0f; });
+            mixed_groups += in_group > 0 && in_group < 4;
+          }
+        }
+        auto w4 = test::random_fp4_weight(rng, s.out, s.in);
+        const OrderedWeights w = in_order(test::random_fp8_weight(rng, s.out, s.in), w4, true);
+        const std::string where = std::string(k->name) + " out " + std::to_string(s.out) + " in " +
+                                  std::to_string(s.in) + (with_nan ? " with a NaN" : "");
+        std::vector<float> batch(static_cast<size_t>(2 * s.out)), alone(static_cast<size_t>(s.out));
+        k->fp4_gemm(x.view(), w.fp4(), batch.data(), nullptr);
+        x.rows = 1;
+        k->fp4_gemm(x.view(), w.fp4(), alone.data(), nullptr);
+        for (int o = 0; o < s.out; ++o) {
+          uint32_t a, c;
+          std::memcpy(&a, &alone[o], 4);
+          std::memcpy(&c, &batch[o], 4);
+          ASSERT_TRUE(a == c || (std::isnan(alone[o]) && std::isnan(batch[o]))) << where << " output " << o;
+        }
+        if (kb >= 9) {  // the fixture's own check: it holds both kinds, and groups that mix them
+          EXPECT_GT(exact_blocks, 0) << where;
+          EXPECT_LT(exact_blocks, kb) << where;
+          EXPECT_GT(mixed_groups, 0) << where;
+        }
+    }
+}
+
 // Realistic operands (activations from act_quant of normal values, weights quantised per block): the
 // block sums are almost always exact, so the fast kernels should agree bit for bit nearly everywhere.
 TEST(LinearFast, RealisticOperandsAgreeBitForBitAlmostEverywhere) {
