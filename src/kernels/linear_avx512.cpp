@@ -264,10 +264,18 @@ DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* o
 // Act: uint16_t, bf16 activations multiplied by vdpbf16ps; or float, the same values as fp32, multiplied by fp32
 // FMAs in vdpbf16ps's order (RowsMultiply::kFp32Fma): each pair's odd product, then its even one, added with one
 // rounding each (pair_as_fp32).
+// Weight lines of the next chunk for a rows_chunk call to prefetch, spread over its blocks: lines [first, first +
+// count) of the tiles' next chunks, line l at start[l / lines_per_tile] + 64 * (l % lines_per_tile).
+struct ChunkPrefetch {
+  const uint8_t* start[2] = {};
+  int64_t lines_per_tile = 0;
+  int64_t first = 0, count = 0;
+};
+
 template <int RT, int NT, BlockScales kScales, class Act>
 DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (*const* sw)[kTile],
                                const Act* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
-                               bool first, const __mmask16* masks) {
+                               bool first, const __mmask16* masks, const ChunkPrefetch& prefetch) {
   static_assert(std::is_same_v<Act, uint16_t> || std::is_same_v<Act, float>);
   const float* e8m0 = linear_decode_tables().e8m0_f32;
   // Full tiles use plain loads and stores (masked ones are slow on AMD); only a ragged last tile masks.
@@ -280,6 +288,10 @@ DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (
                                                        : _mm512_maskz_loadu_ps(masks[t], src));
     }
   for (int b = 0; b < nb; ++b) {
+    for (int64_t l = prefetch.first + prefetch.count * b / nb; l < prefetch.first + prefetch.count * (b + 1) / nb; ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch.start[l / prefetch.lines_per_tile] +
+                                                 64 * (l % prefetch.lines_per_tile)),
+                   _MM_HINT_T0);
     __m512 acc[RT][NT];
     for (int r = 0; r < RT; ++r)
       for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
@@ -417,10 +429,11 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
             _mm512_store_ps(sw[t][b], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[scale_row * g.kb + b0 + b]]));
         }
         if (g.tile_major) {
-          // The chunk is nb * block bytes in a row; the next chunk of this tile (if any) follows it.
+          // The chunk is nb * block bytes in a row; the next chunk of this tile (if any) follows it. rows_chunk
+          // prefetches that while the rows run (ChunkPrefetch); AMX passes, shorter, take it here.
           const int64_t chunk_bytes = kTiledVectors<kFp4> * kTileMajorVectorBytes * kBlocksPerChunk;
           const uint8_t* src = g.w + (tile + t) * kTile * row_bytes + b0 * kTiledVectors<kFp4> * kTileMajorVectorBytes;
-          const bool prefetch = b0 + kBlocksPerChunk < g.kb;
+          const bool prefetch = kAmx && b0 + kBlocksPerChunk < g.kb;
           for (int b = 0; b < nb; ++b)
             for (int v = 0; v < kTiledVectors<kFp4>; ++v) {
               const uint8_t* vector = src + (b * kTiledVectors<kFp4> + v) * kTileMajorVectorBytes;
@@ -470,13 +483,36 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
                        first, masks, scales);
         continue;
       }
+      // Tile-major: the next chunk to convert (this pass's tiles further on, or the next pass's first), fetched
+      // while the rows run over this one, its lines spread over every rows_chunk call and block. Converting
+      // from memory instead, with the prefetches in one burst, stalled on the line fill buffers (16 rows: ~1/5
+      // of the decode step in the conversion).
+      ChunkPrefetch prefetch;
+      int64_t calls = (g.rows + kRowTile - 1) / kRowTile, call = 0;
+      if (g.tile_major) {
+        const int64_t block_lines = kTiledVectors<kFp4> * kTileMajorVectorBytes / 64;
+        const int64_t tile_bytes = kTile * row_bytes;
+        const int64_t next_b0 = b0 + kBlocksPerChunk < g.kb ? b0 + kBlocksPerChunk : 0;
+        const int64_t next_tile = next_b0 > 0 ? tile : tile + kTiles;
+        const int64_t next_tiles = std::min<int64_t>(kTiles, tile_end - next_tile);
+        if (next_tiles > 0) {
+          for (int t = 0; t < next_tiles; ++t)
+            prefetch.start[t] = g.w + (next_tile + t) * tile_bytes + next_b0 * block_lines * 64;
+          prefetch.lines_per_tile = std::min<int64_t>(kBlocksPerChunk, g.kb - next_b0) * block_lines;
+        }
+        prefetch.count = next_tiles > 0 ? next_tiles * prefetch.lines_per_tile : 0;
+      }
+      const int64_t total_lines = prefetch.count;
       int64_t r = 0;
       auto run = [&]<int RT>() DSFLASH_AVX512 {
+        prefetch.first = total_lines * call / calls;
+        prefetch.count = total_lines * (call + 1) / calls - prefetch.first;
+        ++call;
         const uint8_t* sa = g.act_scales + r * g.kb + b0;
         float* y = g.y + r * g.out + o0;
         auto with_act = [&]<BlockScales kScales>(const auto* act) DSFLASH_AVX512 {
-          if (nt == 2) rows_chunk<RT, 2, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
-          else rows_chunk<RT, 1, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks);
+          if (nt == 2) rows_chunk<RT, 2, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks, prefetch);
+          else rows_chunk<RT, 1, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks, prefetch);
         };
         auto call = [&]<BlockScales kScales>() DSFLASH_AVX512 {
           if (g.act_f32 != nullptr) with_act.template operator()<kScales>(g.act_f32 + r * g.in + 32 * b0);
