@@ -254,6 +254,13 @@ DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* o
   }
 }
 
+// Weight lines of the next chunk for a rows_chunk call to prefetch, spread over its blocks: lines[0, count),
+// per_block of them before each block's rows.
+struct ChunkPrefetch {
+  const uint8_t* const* lines = nullptr;
+  int count = 0, per_block = 0;
+};
+
 // RT rows x NT tiles (1 or 2, adjacent) over the chunk's nb blocks: act = row 0's bf16 at the chunk's first
 // k (row stride k), sa = row 0's scales at the chunk's first block (stride kb), y = row 0 at the first
 // tile's first output. Each scratch load serves RT rows and each broadcast NT tiles, which keeps the loads
@@ -263,15 +270,7 @@ DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* o
 // y waits in an L1 buffer, so that the accumulators alone fill the registers.
 // Act: uint16_t, bf16 activations multiplied by vdpbf16ps; or float, the same values as fp32, multiplied by fp32
 // FMAs in vdpbf16ps's order (RowsMultiply::kFp32Fma): each pair's odd product, then its even one, added with one
-// rounding each (pair_as_fp32).
-// Weight lines of the next chunk for a rows_chunk call to prefetch, spread over its blocks: lines [first, first +
-// count) of the tiles' next chunks, line l at start[l / lines_per_tile] + 64 * (l % lines_per_tile).
-struct ChunkPrefetch {
-  const uint8_t* start[2] = {};
-  int64_t lines_per_tile = 0;
-  int64_t first = 0, count = 0;
-};
-
+// rounding each (pair_as_fp32). `prefetch`: the next chunk's weight lines to fetch meanwhile.
 template <int RT, int NT, BlockScales kScales, class Act>
 DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (*const* sw)[kTile],
                                const Act* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
@@ -288,10 +287,8 @@ DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (
                                                        : _mm512_maskz_loadu_ps(masks[t], src));
     }
   for (int b = 0; b < nb; ++b) {
-    for (int64_t l = prefetch.first + prefetch.count * b / nb; l < prefetch.first + prefetch.count * (b + 1) / nb; ++l)
-      _mm_prefetch(reinterpret_cast<const char*>(prefetch.start[l / prefetch.lines_per_tile] +
-                                                 64 * (l % prefetch.lines_per_tile)),
-                   _MM_HINT_T0);
+    for (int l = b * prefetch.per_block; l < std::min(prefetch.count, (b + 1) * prefetch.per_block); ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch.lines[l]), _MM_HINT_T0);
     __m512 acc[RT][NT];
     for (int r = 0; r < RT; ++r)
       for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
@@ -487,26 +484,27 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
       // while the rows run over this one, its lines spread over every rows_chunk call and block. Converting
       // from memory instead, with the prefetches in one burst, stalled on the line fill buffers (16 rows: ~1/5
       // of the decode step in the conversion).
-      ChunkPrefetch prefetch;
-      int64_t calls = (g.rows + kRowTile - 1) / kRowTile, call = 0;
+      constexpr int kBlockLines = kTiledVectors<kFp4> * kTileMajorVectorBytes / 64;
+      const uint8_t* next_lines[kTiles * kBlocksPerChunk * kBlockLines];
+      int total_lines = 0;
       if (g.tile_major) {
-        const int64_t block_lines = kTiledVectors<kFp4> * kTileMajorVectorBytes / 64;
-        const int64_t tile_bytes = kTile * row_bytes;
         const int64_t next_b0 = b0 + kBlocksPerChunk < g.kb ? b0 + kBlocksPerChunk : 0;
         const int64_t next_tile = next_b0 > 0 ? tile : tile + kTiles;
-        const int64_t next_tiles = std::min<int64_t>(kTiles, tile_end - next_tile);
-        if (next_tiles > 0) {
-          for (int t = 0; t < next_tiles; ++t)
-            prefetch.start[t] = g.w + (next_tile + t) * tile_bytes + next_b0 * block_lines * 64;
-          prefetch.lines_per_tile = std::min<int64_t>(kBlocksPerChunk, g.kb - next_b0) * block_lines;
-        }
-        prefetch.count = next_tiles > 0 ? next_tiles * prefetch.lines_per_tile : 0;
+        const int64_t lines_per_tile = std::min<int64_t>(kBlocksPerChunk, g.kb - next_b0) * kBlockLines;
+        for (int64_t t = next_tile; t < std::min(next_tile + kTiles, tile_end); ++t)
+          for (int64_t l = 0; l < lines_per_tile; ++l)
+            next_lines[total_lines++] = g.w + t * kTile * row_bytes + (next_b0 * kBlockLines + l) * 64;
       }
-      const int64_t total_lines = prefetch.count;
+      const int calls = static_cast<int>((g.rows + kRowTile - 1) / kRowTile);
+      int lines_done = 0, call = 0;
+      ChunkPrefetch prefetch;
       int64_t r = 0;
       auto run = [&]<int RT>() DSFLASH_AVX512 {
-        prefetch.first = total_lines * call / calls;
-        prefetch.count = total_lines * (call + 1) / calls - prefetch.first;
+        const int end = total_lines * (call + 1) / calls;  // this call's share
+        prefetch.lines = next_lines + lines_done;
+        prefetch.count = end - lines_done;
+        prefetch.per_block = (prefetch.count + nb - 1) / nb;
+        lines_done = end;
         ++call;
         const uint8_t* sa = g.act_scales + r * g.kb + b0;
         float* y = g.y + r * g.out + o0;
