@@ -162,7 +162,8 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   }
   // Activations as the model makes them: act_quant of bf16 values of one scale (normal, as hidden states are), so
   // the codes' magnitudes within a block spread as real ones do (exact_fp4_partials depends on that spread).
-  std::vector<uint8_t> x_codes(static_cast<size_t>(rows * shape.in)), x_scales(static_cast<size_t>(rows * shape.in / 32));
+  std::vector<uint8_t> x_codes(static_cast<size_t>(rows * shape.in));
+  std::vector<uint8_t> x_scales(static_cast<size_t>(rows * shape.in / 32));
   {
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0.0f, 1.0f);

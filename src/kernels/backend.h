@@ -3,8 +3,8 @@
 // dispatch: no ISA #if and no "reference?" branches in model code.
 //
 // Tables: reference_backend() is the scalar oracle of every entry (single-threaded: it ignores the pool); the SIMD
-// tables ("avx2", the x86-64-v3 build baseline; "avx512" where the CPU has F/BW/VL/DQ/BF16/VBMI/VNNI) agree with it bit
-// for bit on every entry except the three matmuls, which agree within the reordering bound documented in
+// tables ("avx2", the x86-64-v3 build baseline; "avx512" where the CPU has F/BW/VL/DQ/BF16/VBMI/VNNI) agree with it
+// bit for bit on every entry except the three matmuls, which agree within the reordering bound documented in
 // kernels/linear.h. An entry without an AVX-512 version is the AVX2 one (the KV row dequantisation of the AVX2
 // table is the scalar oracle: a table lookup and a multiply per value, compiled for the build baseline).
 // "amx" (CPUs with AMX-BF16, chosen by name, never by default) is "avx512" with the FP8 / MXFP4 GEMMs of every

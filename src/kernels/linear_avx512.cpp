@@ -1,5 +1,5 @@
-// AVX-512 FP8 / MXFP4 linear kernels (F/BW/VL/DQ + BF16 + VBMI + VNNI), compiled per function with target attributes
-// so the rest of the binary stays x86-64-v3. The BF16 linear of this table is in linear_avx512_bf16.cpp.
+// AVX-512 FP8 / MXFP4 linear kernels (F/BW/VL/DQ + BF16 + VBMI + VNNI), compiled per function with target
+// attributes so the rest of the binary stays x86-64-v3. The BF16 linear of this table is in linear_avx512_bf16.cpp.
 //
 // FP8 / FP4 (spec/MODEL.md §4.9): e4m3 and e2m1 values are exact in bf16 and their products are exact in
 // fp32, so `vdpbf16ps` forms each 32-K block's partial exactly whenever the fp32 sum is exact (almost
@@ -509,8 +509,10 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
         const uint8_t* sa = g.act_scales + r * g.kb + b0;
         float* y = g.y + r * g.out + o0;
         auto with_act = [&]<BlockScales kScales>(const auto* act) DSFLASH_AVX512 {
-          if (nt == 2) rows_chunk<RT, 2, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks, prefetch);
-          else rows_chunk<RT, 1, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks, prefetch);
+          if (nt == 2)
+            rows_chunk<RT, 2, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks, prefetch);
+          else
+            rows_chunk<RT, 1, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks, prefetch);
         };
         auto call = [&]<BlockScales kScales>() DSFLASH_AVX512 {
           if (g.act_f32 != nullptr) with_act.template operator()<kScales>(g.act_f32 + r * g.in + 32 * b0);
@@ -545,6 +547,8 @@ constexpr int kTiledScaleBlocks = 32;  // weight scales are read 32 blocks at a 
 // (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower and 1-16 KB were within the noise.
 constexpr int64_t kTiledPrefetchBytes = 4096;
 
+}  // namespace
+
 // ---- Exact integer MXFP4 decode (one row) ----
 // vdpbf16ps takes ~2.1 cycles here and vpdpwssd ~1.4 (one core: 15 GB/s of MXFP4 weights with the first, 26 with
 // the second, registers only), so a row's blocks go through integers wherever that gives the same bits.
@@ -556,8 +560,6 @@ constexpr int64_t kTiledPrefetchBytes = 4096;
 // step (and never subnormal: 2^(s-11) >= 2^-10) and gives (Σ N * W) * 2^(s-11) too: the same bits, whatever the
 // weights. Other blocks (NaN codes; magnitudes spanning more than 2^11 in steps, a few in a hundred for act_quant'ed
 // activations) keep the bf16 path.
-}  // namespace
-
 DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int16_t* ints, float* units) {
   const __m512i magnitude_bits = _mm512_set1_epi32(0x7f), mantissa_bits = _mm512_set1_epi32(7);
   for (int64_t b = 0; b < k / 32; ++b) {

@@ -15,7 +15,8 @@
 #include "kernels/linear.h"
 
 // The one target string of the AVX-512 linear files; every function that uses AVX-512 intrinsics carries it.
-#define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx512vnni")))
+#define DSFLASH_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx512vnni")))
 
 namespace dsflash::linear_impl {
 
@@ -30,7 +31,7 @@ struct Avx512Tables {
   alignas(64) uint8_t fp8_hi[128];
   alignas(64) uint16_t fp4[32];
   alignas(64) float fp4_f32[16];  // the e2m1 values as fp32, for vpermps
-  alignas(64) int16_t fp4_int[32];  // twice the e2m1 values, integers in [-12, 12], for vpermw (exact_fp4_blocks)
+  alignas(64) int16_t fp4_int[32];  // twice the e2m1 values, integers in [-12, 12], for vpermw (one-row decode)
   // Multi-row transposition (see convert_block_fp8 / convert_block_fp4).
   alignas(64) uint16_t fp8_gather[2][32];  // vpermt2w: 4 outputs x 8 code pairs per 128-bit lane
   alignas(64) uint8_t interleave[2][64];   // vpermt2b: (lo, hi) bytes of codes 0-31 / 32-63 -> bf16 words
@@ -51,8 +52,8 @@ struct GemmArgs {
   // FMAs (RowsMultiply::kFp32Fma); nullptr: vdpbf16ps on act.
   const float* act_f32 = nullptr;
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
-  // One MXFP4 row (tile-major decode) as integers where that is exact (ExactFp4Activation): act_ints [in] int16,
-  // exact_units [kb] the value of one integer product unit per block, 0 where the block needs the bf16 path.
+  // One MXFP4 row (tile-major decode) as integers where that is exact (prepare_exact_fp4_row): act_ints [in]
+  // int16, exact_units [kb] the value of one integer product unit per block, 0 where the block needs the bf16 path.
   const int16_t* act_ints = nullptr;
   const float* exact_units = nullptr;
   // Every act_scales code is 127 (1.0): the activations carry their scales (prepare_activation_bf16) or have none.
