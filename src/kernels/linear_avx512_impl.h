@@ -1,6 +1,6 @@
-// Internals shared by the AVX-512 FP8 / MXFP4 linear kernels: linear_avx512.cpp (the tile-major and multi-row
-// paths, the dispatch) and linear_avx512_row_major.cpp (the decode paths on the checkpoint's row-major order).
-// Not part of the kernel contract (kernels/linear.h); included by those two files only.
+// Internals shared by the AVX-512 FP8 / MXFP4 linear kernels: linear_avx512.cpp (the multi-row path, the dispatch),
+// linear_avx512_tiled.cpp (decode and small batches on tile-major weights), linear_avx512_row_major.cpp (the decode
+// paths on the checkpoint's row-major order) and linear_amx.cpp. Not part of the kernel contract (kernels/linear.h).
 // GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized (the latter at
 // the sanitizer build's -O1).
 #pragma once
@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/linear.h"
 
@@ -149,6 +150,66 @@ DSFLASH_AVX512 inline void prefetch_fp4_scales(const GemmArgs& g, int64_t tile) 
   const int64_t bytes = std::min<int64_t>(kTile, g.out - o0) * g.kb;
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(base + off), _MM_HINT_T0);
 }
+// FP4 tile-major scales (kernels/linear.h) of tile `tile` for blocks [b_begin, b_end): 16 consecutive bytes each.
+DSFLASH_AVX512 inline void fp4_tiled_scales(const GemmArgs& g, int64_t tile, int64_t b_begin, int64_t b_end,
+                                            float (*sw)[kTile]) {
+  const uint8_t* base = g.w_scales + tile * kTile * g.kb;
+  for (int64_t b = b_begin; b < b_end; ++b)
+    _mm512_store_ps(sw[b - b_begin], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + kTile * b)))));
+}
+
+// ---- Tile-major vectors ----
+// A 32-K block of a tile-major tile is kTiledVectors<kFp4> vectors of 64 bytes; vector v decodes to the pairs
+// j = kTiledPairs * v + p (p < kTiledPairs) as zmm W_j, dword lane i = output i's bf16 (k = 2j, 2j+1) of the block.
+template <bool kFp4>
+constexpr int kTiledVectors = kFp4 ? 4 : 8;
+template <bool kFp4>
+constexpr int kTiledPairs = kFp4 ? 4 : 2;
+
+// The lookup tables of tiled_pairs, loaded once per call of a kernel (FP8: the four halves of the byte tables;
+// FP4: the e2m1 word table in the first).
+template <bool kFp4>
+DSFLASH_AVX512 inline void load_tiled_tables(__m512i* tables) {
+  const Avx512Tables& at = avx512_tables();
+  if constexpr (kFp4) {
+    tables[0] = _mm512_load_si512(at.fp4);
+  } else {
+    tables[0] = _mm512_load_si512(at.fp8_lo);
+    tables[1] = _mm512_load_si512(at.fp8_lo + 64);
+    tables[2] = _mm512_load_si512(at.fp8_hi);
+    tables[3] = _mm512_load_si512(at.fp8_hi + 64);
+  }
+}
+
+template <bool kFp4>
+DSFLASH_AVX512 inline void tiled_pairs(const uint8_t* vector, const __m512i* tables, __m512i* w) {
+  const __m512i raw = _mm512_loadu_si512(vector);
+  if constexpr (kFp4) {
+    // vpermw reads the low 5 bits of a word: nibble q and the next one's low bit (the table repeats).
+    w[0] = _mm512_permutexvar_epi16(raw, tables[0]);
+    w[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 4), tables[0]);
+    w[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 8), tables[0]);
+    w[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 12), tables[0]);
+  } else {
+    fp8_to_bf16(raw, tables[0], tables[1], tables[2], tables[3], &w[0], &w[1]);
+  }
+}
+
+// Broadcast activation pair j of a block (bf16 [32] at `block`) to every lane.
+DSFLASH_AVX512 inline __m512bh activation_pair(const uint16_t* block, int j) {
+  uint32_t pair;
+  std::memcpy(&pair, block + 2 * j, 4);
+  return (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+}
+
+// A bf16 pair vector (dword lane = one output's pair) as fp32: the odd elements (the high halves) and the even ones
+// (the low halves shifted up), for the FMA twin of vdpbf16ps (RowsMultiply::kFp32Fma).
+DSFLASH_AVX512 inline void pair_as_fp32(__m512i pairs, __m512* odd, __m512* even) {
+  *odd = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  *even = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+}
+
 // ---- Multi-row path (gemm_tiles_rows in linear_avx512.cpp) ----
 constexpr int kBlocksPerChunk = 8;  // 2 tiles x 8 blocks x 1 KB = 16 KB of scratch, in L1 while rows pass
 // Scratch of one tile for one chunk: [block][pair j] zmm, lane = output o's bf16 pair (k = 2j, 2j+1) as a dword.
@@ -185,6 +246,15 @@ class AmxTiles {
   AmxTiles(const AmxTiles&) = delete;
   AmxTiles& operator=(const AmxTiles&) = delete;
 };
+
+// ---- Decode on tile-major weights (linear_avx512_tiled.cpp) ----
+constexpr int64_t kTiledDecodeMaxRows = 4;
+// g.rows (1..kTiledDecodeMaxRows) rows, tiles [tile_begin, tile_end) of y, from g.act (bf16 [rows, in], natural k
+// order; act_scales apart), or with fma from g.act_f32 by fp32 FMAs in vdpbf16ps's order (RowsMultiply::kFp32Fma;
+// only where no product or partial sum can be subnormal). One MXFP4 row also reads g.act_ints / g.exact_units where
+// set (prepare_exact_fp4_row).
+template <bool kFp4>
+void tiled_decode_rows(const GemmArgs& g, bool fma, int64_t tile_begin, int64_t tile_end);
 
 // ---- Decode paths on row-major weights (linear_avx512_row_major.cpp) ----
 constexpr int64_t kFp4DecodeMaxRows = 4;  // up to here one register conversion beats the scratch path

@@ -25,7 +25,7 @@ const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply);  // "avx
 RowsMultiply fastest_rows_multiply();
 const LinearKernels* avx512_kernels();
 // The AVX-512 tables' one-row MXFP4 decode multiplies blocks in integers where that gives the bits of the bf16
-// chain (linear_avx512.cpp, exact_fp4_partials): e4m3 codes [k] -> ints [k] (a = ints * units * 2) and units [k/32]
+// chain (linear_avx512_tiled.cpp): e4m3 codes [k] -> ints [k] (a = ints * units * 2) and units [k/32]
 // (a power of two per block, 0 where the block keeps the bf16 path: NaN codes, or an int16 would not hold it).
 // Only where avx512_kernels() is not nullptr.
 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int16_t* ints, float* units);

@@ -1,0 +1,254 @@
+// AVX-512 FP8 / MXFP4 decode and small batches (1..kTiledDecodeMaxRows rows) on tile-major weights
+// (kernels/linear.h): each 64-byte vector decodes in registers into bf16 pairs of 16 outputs, once for every row, and
+// every (row, tile, block) sums its 16 pairs in one chain in pair order, as the multi-row path of linear_avx512.cpp
+// does, so a row's result does not depend on the rows it runs with. One MXFP4 row multiplies in exact integers
+// wherever that gives the same chain's bits.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/linear_avx512_impl.h"
+#include "kernels/linear_tables.h"
+
+namespace dsflash::linear_impl {
+
+namespace {
+
+constexpr int kTiledScaleBlocks = 32;  // weight scales are read 32 blocks at a time
+// Software prefetch distance along each tile's stream. The out-of-order window alone reaches ~2 KB ahead at ~15
+// instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs. Of 0-16 KB tried
+// (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower and 1-16 KB were within the noise.
+constexpr int64_t kTiledPrefetchBytes = 4096;
+
+}  // namespace
+
+// ---- Exact integer MXFP4 decode (one row) ----
+// vdpbf16ps takes ~2.1 cycles here and vpdpwssd ~1.4 (one core: 15 GB/s of MXFP4 weights with the first, 26 with
+// the second, registers only), so a row's blocks go through integers wherever that gives the same bits.
+// Activation a = N * 2^(s-10) with N an integer: an e4m3 value is sig * 2^(e'-10) (sig = 8 + mantissa and e' = the
+// exponent field for normals, sig = mantissa and e' = 1 for subnormals), and s = the smallest e' of the block's
+// nonzero values. Weight w = W / 2 with W = 2 * e2m1 in [-12, 12]. A block's sum of a * w is then
+// (Σ N * W) * 2^(s-11), Σ N * W an exact int32 (vpdpwssd). Where every |N| < 2^15 (int16), every partial sum of
+// any order is a multiple of 2^(s-11) below 32 * 12 * 2^15 < 2^24 of them, so the vdpbf16ps chain is exact at each
+// step (and never subnormal: 2^(s-11) >= 2^-10) and gives (Σ N * W) * 2^(s-11) too: the same bits, whatever the
+// weights. Other blocks (NaN codes; magnitudes spanning more than 2^11 in steps, a few in a hundred for act_quant'ed
+// activations) keep the bf16 path.
+DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int16_t* ints, float* units) {
+  const __m512i magnitude_bits = _mm512_set1_epi32(0x7f), mantissa_bits = _mm512_set1_epi32(7);
+  for (int64_t b = 0; b < k / 32; ++b) {
+    __m512i code[2], sig[2], step[2];
+    bool nan = false;
+    int smallest = 16;  // above every e'
+    for (int h = 0; h < 2; ++h) {
+      code[h] = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 32 * b + 16 * h)));
+      const __m512i magnitude = _mm512_and_si512(code[h], magnitude_bits);
+      nan |= _mm512_cmpeq_epi32_mask(magnitude, magnitude_bits) != 0;
+      const __m512i exponent = _mm512_srli_epi32(magnitude, 3);
+      const __m512i mantissa = _mm512_and_si512(magnitude, mantissa_bits);
+      sig[h] = _mm512_mask_or_epi32(mantissa, _mm512_test_epi32_mask(exponent, exponent), mantissa,
+                                    _mm512_set1_epi32(8));
+      step[h] = _mm512_max_epi32(exponent, _mm512_set1_epi32(1));
+      const __mmask16 nonzero = _mm512_test_epi32_mask(magnitude, magnitude);
+      if (nonzero != 0) smallest = std::min(smallest, _mm512_mask_reduce_min_epi32(nonzero, step[h]));
+    }
+    if (smallest == 16) smallest = 1;  // all zero: any unit
+    int largest = 0;
+    for (int h = 0; h < 2; ++h) {
+      // Zero codes have sig 0; a negative shift count (a zero's e' of 1 below s) shifts everything out too.
+      const __m512i n = _mm512_sllv_epi32(sig[h], _mm512_sub_epi32(step[h], _mm512_set1_epi32(smallest)));
+      largest = std::max(largest, _mm512_reduce_max_epi32(n));
+      const __mmask16 negative = _mm512_test_epi32_mask(code[h], _mm512_set1_epi32(0x80));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ints + 32 * b + 16 * h),
+                          _mm512_cvtepi32_epi16(_mm512_mask_sub_epi32(n, negative, _mm512_setzero_si512(), n)));
+    }
+    units[b] = !nan && largest < (1 << 15) ? std::ldexp(1.0f, smallest - 11) : 0.0f;
+  }
+}
+
+namespace {
+
+// NT tiles' partials of blocks [b, b + NB) for one row from g.act_ints (every block exact): per 64-byte vector, the
+// 4 pair vectors of W (vpermw as tiled_pairs, on the integer table) times the broadcast N pairs, summed in int32
+// (exactly, so in any order), then times the block's unit.
+template <int NB, int NT>
+DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* w, int64_t tile_bytes, int64_t b,
+                                              __m512i int_table, __m512 (&partial)[NB][1][NT]) {
+  constexpr int64_t kBlockBytes = kTiledVectors<true> * kTileMajorVectorBytes;
+  __m512i sum[NB][NT];
+  for (int n = 0; n < NB; ++n)
+    for (int t = 0; t < NT; ++t) sum[n][t] = _mm512_setzero_si512();
+  for (int n = 0; n < NB; ++n)
+    for (int v = 0; v < kTiledVectors<true>; ++v) {
+      const int16_t* a = g.act_ints + 32 * (b + n) + 8 * v;  // pairs 4v..4v+3
+      for (int t = 0; t < NT; ++t) {
+        const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
+        _mm_prefetch(reinterpret_cast<const char*>(vector + kTiledPrefetchBytes), _MM_HINT_T0);
+        const __m512i raw = _mm512_loadu_si512(vector);
+        for (int q = 0; q < 4; ++q) {
+          const __m512i weights = _mm512_permutexvar_epi16(q == 0 ? raw : _mm512_srli_epi16(raw, 4 * q), int_table);
+          int32_t pair;
+          std::memcpy(&pair, a + 2 * q, 4);
+          sum[n][t] = _mm512_dpwssd_epi32(sum[n][t], weights, _mm512_set1_epi32(pair));
+        }
+      }
+    }
+  for (int n = 0; n < NB; ++n)
+    for (int t = 0; t < NT; ++t)
+      partial[n][0][t] = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[n][t]), _mm512_set1_ps(g.exact_units[b + n]));
+}
+
+// NT (1, 2 or 4) adjacent tiles from `tile` on, all of K, for R rows of plain bf16 activations (g.act [R, in]).
+// Each vector is decoded once for the R rows, and each activation broadcast serves the NT tiles. Per (row,
+// tile, block) one accumulator takes the 16 pairs in order, as rows_chunk does; the tiles give independent
+// chains, and the blocks' chains overlap out of order. One MXFP4 row: groups of blocks that are all exact in
+// integers (g.exact_units) take exact_fp4_partials.
+// kFma: fp32 FMAs in vdpbf16ps's order instead, on g.act_f32 [R, in] (RowsMultiply::kFp32Fma; run_block_gemm
+// checks that no product or sum can be subnormal). FP8: each bf16 pair vector splits into fp32 weights
+// (pair_as_fp32). MXFP4: vector v's dword lane i holds output i's pairs 4v..4v+3 as
+// nibbles, the even elements in the low word and the odd ones in the high word, so the pair q element comes out of
+// vpermps on the dword shifted right by 4q (even) or 16 + 4q (odd): 8 lookups of 16 fp32 weights and 7 shifts per
+// 64 bytes, against 4 vpermw, 3 shifts and 4 vdpbf16ps. Either way the conversion costs more and the multiplies
+// less, which pays from 2 rows on (R = 1 keeps vdpbf16ps, see run_block_gemm).
+template <bool kFp4, int R, int NT, bool kFma = false>
+DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
+  constexpr int kVectors = kTiledVectors<kFp4>, kPairs = kTiledPairs<kFp4>;
+  constexpr int64_t kBlockBytes = kVectors * kTileMajorVectorBytes;  // one block of a tile
+  const float* e8m0 = linear_decode_tables().e8m0_f32;
+  __m512i tables[4];
+  load_tiled_tables<kFp4>(tables);
+  const __m512 fp4_f32 = _mm512_load_ps(avx512_tables().fp4_f32);
+  const __m512i int_table = _mm512_load_si512(avx512_tables().fp4_int);
+  const int64_t tile_bytes = kTile * (kFp4 ? g.in / 2 : g.in);
+  const uint8_t* w = g.w + tile * tile_bytes;
+  if constexpr (kFp4)  // the next call's
+    for (int t = 0; t < NT; ++t) prefetch_fp4_scales(g, tile + NT + t);
+  __m512 y[R][NT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) y[r][t] = _mm512_setzero_ps();
+  alignas(64) float sw[NT][kTiledScaleBlocks][kTile];
+  for (int64_t b0 = 0; b0 < g.kb; b0 += kTiledScaleBlocks) {
+    const int64_t b1 = std::min<int64_t>(g.kb, b0 + kTiledScaleBlocks);
+    for (int t = 0; t < NT; ++t) {
+      const int64_t o0 = (tile + t) * kTile;
+      if constexpr (kFp4) {
+        fp4_tiled_scales(g, tile + t, b0, b1, sw[t]);
+      } else {
+        for (int64_t b = b0; b < b1; ++b)
+          _mm512_store_ps(sw[t][b - b0], _mm512_set1_ps(e8m0[g.w_scales[(o0 / 32) * g.kb + b]]));
+      }
+    }
+    // NB blocks at a time: their chains are independent, so NB x NT x R of them are in flight (one chain alone
+    // would wait ~6 cycles per pair on the previous vdpbf16ps).
+    auto blocks = [&]<int NB>(int64_t b) DSFLASH_AVX512 {
+      __m512 acc[NB][R][NT];
+      for (int n = 0; n < NB; ++n)
+        for (int r = 0; r < R; ++r)
+          for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_setzero_ps();
+      bool exact = false;  // one row of MXFP4 through integers (every block of the group exact)
+      if constexpr (kFp4 && R == 1 && !kFma) {
+        exact = g.exact_units != nullptr;
+        for (int n = 0; n < NB && exact; ++n) exact = g.exact_units[b + n] != 0.0f;
+        if (exact) exact_fp4_partials<NB, NT>(g, w, tile_bytes, b, int_table, acc);
+      }
+      // FMA: vector by vector across the NB blocks, so that consecutive FMAs feed different chains (each waits
+      // ~4 cycles on its previous one, 2 * kPairs times per vector).
+      if constexpr (kFma) {
+        for (int v = 0; v < kVectors; ++v)
+          for (int n = 0; n < NB; ++n) {
+            // MXFP4: the raw vector; FP8: its kPairs bf16 pair vectors (dword lane = output).
+            __m512i src[NT][kFp4 ? 1 : kPairs];
+            for (int t = 0; t < NT; ++t) {
+              const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
+              _mm_prefetch(reinterpret_cast<const char*>(vector + kTiledPrefetchBytes), _MM_HINT_T0);
+              if constexpr (kFp4) src[t][0] = _mm512_loadu_si512(vector);
+              else tiled_pairs<false>(vector, tables, src[t]);
+            }
+            auto pair = [&]<int q>() DSFLASH_AVX512 {
+              __m512 even[NT], odd[NT];
+              for (int t = 0; t < NT; ++t) {
+                if constexpr (kFp4) {
+                  even[t] = _mm512_permutexvar_ps(q == 0 ? src[t][0] : _mm512_srli_epi32(src[t][0], 4 * q), fp4_f32);
+                  odd[t] = _mm512_permutexvar_ps(_mm512_srli_epi32(src[t][0], 16 + 4 * q), fp4_f32);
+                } else {
+                  pair_as_fp32(src[t][q], &odd[t], &even[t]);
+                }
+              }
+              for (int r = 0; r < R; ++r) {
+                const float* a = g.act_f32 + r * g.in + 32 * (b + n) + 2 * (kPairs * v + q);
+                const __m512 x_odd = _mm512_set1_ps(a[1]), x_even = _mm512_set1_ps(a[0]);
+                for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_fmadd_ps(odd[t], x_odd, acc[n][r][t]);
+                for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_fmadd_ps(even[t], x_even, acc[n][r][t]);
+              }
+            };
+            pair.template operator()<0>();
+            pair.template operator()<1>();
+            if constexpr (kPairs == 4) {
+              pair.template operator()<2>();
+              pair.template operator()<3>();
+            }
+          }
+      } else if (!exact) {
+        for (int n = 0; n < NB; ++n)
+          for (int v = 0; v < kVectors; ++v) {
+            __m512i pairs[NT][kPairs];
+            for (int t = 0; t < NT; ++t) {
+              const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
+              _mm_prefetch(reinterpret_cast<const char*>(vector + kTiledPrefetchBytes), _MM_HINT_T0);
+              tiled_pairs<kFp4>(vector, tables, pairs[t]);
+            }
+            for (int p = 0; p < kPairs; ++p)
+              for (int r = 0; r < R; ++r) {
+                const __m512bh x = activation_pair(g.act + r * g.in + 32 * (b + n), kPairs * v + p);
+                for (int t = 0; t < NT; ++t)
+                  acc[n][r][t] = _mm512_dpbf16_ps(acc[n][r][t], (__m512bh)pairs[t][p], x);
+              }
+          }
+      }
+      for (int n = 0; n < NB; ++n)  // blocks in K order
+        for (int r = 0; r < R; ++r) {
+          const __m512 sa = _mm512_set1_ps(e8m0[g.act_scales[r * g.kb + b + n]]);
+          for (int t = 0; t < NT; ++t)
+            y[r][t] = _mm512_add_ps(y[r][t],
+                                    _mm512_mul_ps(_mm512_mul_ps(acc[n][r][t], sa), _mm512_load_ps(sw[t][b + n - b0])));
+        }
+    };
+    constexpr int kBlocksAtOnce = R == 1 ? 4 : R == 2 ? 2 : 1;
+    int64_t b = b0;
+    for (; b + kBlocksAtOnce <= b1; b += kBlocksAtOnce) blocks.template operator()<kBlocksAtOnce>(b);
+    for (; b < b1; ++b) blocks.template operator()<1>(b);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(g.y + r * g.out + (tile + t) * kTile, y[r][t]);
+}
+
+template <bool kFp4, int R, bool kFma>
+DSFLASH_AVX512 void tiled_decode_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  int64_t tile = tile_begin;
+  // One row: four tiles at a time (16 accumulators, four streams per thread): measured (bench_linear, tiled,
+  // rows:1, 2 threads, alternated) 8% faster than two on wo_b FP8, 2-4% on wq_b, w1 and w2; eight (two blocks at
+  // a time) was slower again.
+  if constexpr (R == 1)
+    for (; tile + 4 <= tile_end; tile += 4) tiled_decode<kFp4, R, 4, kFma>(g, tile);
+  for (; tile + 2 <= tile_end; tile += 2) tiled_decode<kFp4, R, 2, kFma>(g, tile);
+  if (tile < tile_end) tiled_decode<kFp4, R, 1, kFma>(g, tile);
+}
+
+}  // namespace
+
+template <bool kFp4>
+void tiled_decode_rows(const GemmArgs& g, bool fma, int64_t tile_begin, int64_t tile_end) {
+  auto run = [&]<bool kFma>() {
+    switch (g.rows) {
+      case 1: tiled_decode_range<kFp4, 1, kFma>(g, tile_begin, tile_end); break;
+      case 2: tiled_decode_range<kFp4, 2, kFma>(g, tile_begin, tile_end); break;
+      case 3: tiled_decode_range<kFp4, 3, kFma>(g, tile_begin, tile_end); break;
+      default: tiled_decode_range<kFp4, 4, kFma>(g, tile_begin, tile_end); break;
+    }
+  };
+  if (fma) run.template operator()<true>();
+  else run.template operator()<false>();
+}
+template void tiled_decode_rows<false>(const GemmArgs&, bool, int64_t, int64_t);
+template void tiled_decode_rows<true>(const GemmArgs&, bool, int64_t, int64_t);
+
+}  // namespace dsflash::linear_impl
