@@ -3,8 +3,9 @@
 // vs fast (1 and 2 threads); the top-k selection of the indexer (k 512 over 16K..1M scores, bf16-valued with
 // ties; 1 and 2 threads) and of the candidate blocks (k 2048 over 131072); the indexer's q·k dot products (64 heads
 // x 128 against 256 keys) and head weighting (32 heads x 16 keys). Prints time per call and the kernel's
-// arithmetic rate; the sparse-attention rows also the fp32 mul+add peak of the same threads measured in the same
-// run (peak_GFLOPs) and the fraction of it reached (vs_peak). A benchmark, not a test.
+// arithmetic rate; the sparse-attention rows also the fp32 FMA peak of the same threads measured in the same
+// run (peak_GFLOPs) and the fraction of it reached (vs_peak): with these inputs every product is exact, so the
+// kernel multiplies with FMAs. A benchmark, not a test.
 // Run: build-<you>/bench/bench_attention [--benchmark_filter=sparse]
 #include <benchmark/benchmark.h>
 
@@ -59,8 +60,8 @@ void run_sparse(benchmark::State& state, const SparseAttentionKernels& kernels, 
   a.heads = kHeads;
   a.dim = kDim;
   a.scale = 1.0f / 22.627417f;
-  // The limit of this arithmetic (products rounded, then added: no FMA), on the same threads, in this run.
-  const DotPeak peak = measure_dot_peak(pool.get(), 0.1, PeakOps::kFp32MulAdd);
+  // The limit of this arithmetic (fp32 FMAs where the products are exact, as here), on the same threads, in this run.
+  const DotPeak peak = measure_dot_peak(pool.get(), 0.1, PeakOps::kFp32Fma);
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     kernels.attend(a, pool.get());

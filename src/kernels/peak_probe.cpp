@@ -62,31 +62,6 @@ __attribute__((target("avx2,fma"))) float fma_rounds(int64_t rounds) {
   });
 }
 
-// Multiply-then-add pairs on distinct products, on V, a GCC vector of floats (the build never contracts them into
-// FMAs: -ffp-contract=off). x changes every round as far as the compiler knows, so no product is hoisted out of
-// the loop. Inlined into the callers below, whose target attribute picks the instructions.
-template <class V>
-__attribute__((always_inline)) inline float mul_add_chains(int64_t rounds) {
-  V acc[kChains], y[kChains];
-  for (int c = 0; c < kChains; ++c) {
-    acc[c] = V{};
-    y[c] = V{} + (1.0f + static_cast<float>(c + 1) / 64.0f);  // never 1: x * 1 would fold away
-  }
-  V x = V{} + 1.0f / 128;
-  for (int64_t r = 0; r < rounds; ++r) {
-    __asm__ volatile("" : "+v"(x));
-    for (int c = 0; c < kChains; ++c) acc[c] = acc[c] + x * y[c];
-  }
-  V total = acc[0];
-  for (int c = 1; c < kChains; ++c) total = total + acc[c];
-  float sum = 0.0f;
-  for (size_t lane = 0; lane < sizeof(V) / sizeof(float); ++lane) sum += total[lane];
-  return sum;
-}
-
-__attribute__((target("avx512f"))) float mul_add_rounds_avx512(int64_t rounds) { return mul_add_chains<Floats16>(rounds); }
-__attribute__((target("avx2"))) float mul_add_rounds_avx2(int64_t rounds) { return mul_add_chains<Floats8>(rounds); }
-
 bool has_avx512f() { return __builtin_cpu_supports("avx512f"); }
 
 bool has_bf16_dot() { return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f"); }
@@ -94,8 +69,6 @@ bool has_bf16_dot() { return __builtin_cpu_supports("avx512bf16") && __builtin_c
 const char* kBf16Kernel = "avx512bf16 vdpbf16ps";
 const char* kFmaKernel = "avx2 fp32 fma";
 const char* kFma512Kernel = "avx512 fp32 fma";
-const char* kMulAdd512Kernel = "avx512 fp32 mul+add";
-const char* kMulAdd256Kernel = "avx2 fp32 mul+add";
 const char* kAmxKernel = "amx-bf16 tdpbf16ps";
 
 // Sum of the buffer's 64-bit words (a value the compiler must compute, so every load stays), with 256-bit loads,
@@ -196,12 +169,12 @@ ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
 }
 
 int64_t dot_probe_flops(const std::string& kernel, int64_t iterations) {
-  // FLOPs per chain step: a vdpbf16ps (32 products + 32 sums), a 16- or 8-lane mul + add pair, a 16- or 8-lane FMA, a
-  // TDPBF16PS of 16 x 16 outputs x 32 products.
+  // FLOPs per chain step: a vdpbf16ps (32 products + 32 sums), a 16- or 8-lane FMA, a TDPBF16PS of 16 x 16 outputs
+  // x 32 products.
   const int64_t per_step = kernel == kAmxKernel         ? 2 * 16 * 16 * 32
                            : kernel == kBf16Kernel      ? 64
-                           : kernel == kMulAdd512Kernel || kernel == kFma512Kernel ? 32
-                                                                                   : 16;
+                           : kernel == kFma512Kernel    ? 32
+                                                        : 16;
   return iterations * kChains * per_step;
 }
 
@@ -211,10 +184,6 @@ DotPeak measure_dot_peak(ThreadPool* pool, double seconds, PeakOps ops) {
   if (ops == PeakOps::kAmxBf16 && linear_impl::amx_usable()) {
     peak.kernel = kAmxKernel;
     rounds_fn = linear_impl::amx_dot_rounds;
-  } else if (ops == PeakOps::kFp32MulAdd) {
-    const bool avx512 = has_avx512f();
-    peak.kernel = avx512 ? kMulAdd512Kernel : kMulAdd256Kernel;
-    rounds_fn = avx512 ? mul_add_rounds_avx512 : mul_add_rounds_avx2;
   } else if (ops == PeakOps::kFp32Fma) {
     const bool avx512 = has_avx512f();
     peak.kernel = avx512 ? kFma512Kernel : kFmaKernel;

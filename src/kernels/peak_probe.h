@@ -16,20 +16,18 @@ namespace dsflash {
 
 struct DotPeak {
   double gflops = 0.0;          // all threads together
-  std::string kernel;           // "avx512bf16 vdpbf16ps", "avx2 fp32 fma", "avx512 fp32 fma", "avx512 fp32 mul+add",
-                                // "avx2 fp32 mul+add", "amx-bf16 tdpbf16ps"
+  std::string kernel;           // "avx512bf16 vdpbf16ps", "avx2 fp32 fma", "avx512 fp32 fma", "amx-bf16 tdpbf16ps"
   int64_t flops_per_thread = 0; // FLOPs each thread executed in the timed run
   double seconds = 0.0;
 };
 
-// What the probe times: the bf16 dot peak above (the dense-GEMM limit), or fp32 multiply-then-add pairs, never
-// fused (the limit of kernels whose reference numerics round every product, such as sparse attention): 12 chains
-// of AVX-512 mul + add (32 FLOPs per pair), or AVX2 ones (16) without AVX-512 F.
+// What the probe times: the bf16 dot peak above (the dense-GEMM limit), or:
 // kAmxBf16: the AMX tile unit's bf16 dot (TDPBF16PS, 16 x 16 x 32 = 16384 FLOPs per instruction; the "amx"
 // kernel table's GEMM limit); the bf16 dot peak above on CPUs without it.
 // kFp32Fma: fused fp32 multiply-adds, 16 lanes (32 FLOPs per instruction; 8 lanes without AVX-512 F), the limit
-// of the FP8 / MXFP4 GEMMs where they multiply bf16 values as fp32 (kernels/linear_impl.h, RowsMultiply).
-enum class PeakOps { kBf16Dot, kFp32MulAdd, kAmxBf16, kFp32Fma };
+// of the FP8 / MXFP4 GEMMs where they multiply bf16 values as fp32 (kernels/linear_impl.h, RowsMultiply) and of
+// sparse attention (exact products).
+enum class PeakOps { kBf16Dot, kAmxBf16, kFp32Fma };
 
 // Runs for about `seconds` on every thread of `pool` (null: the calling thread only).
 DotPeak measure_dot_peak(ThreadPool* pool, double seconds = 0.25, PeakOps ops = PeakOps::kBf16Dot);

@@ -153,8 +153,15 @@ void block_exp(const float* s, float next_max, int64_t count, int64_t index0, in
   for (j = vector_end; j < count; ++j) probs[j] = std::exp(s[j] - next_max);
 }
 
-// acc[i * kScoreHeads + l] (l < 16) = Σ_d q_t[d * kScoreHeads + l] * r[i][d] in d order, mul then add (no fma):
-// 4 rows x 16 heads in 8 ymm chains.
+// acc + a * b: the product rounded, then the sum (the oracle's), or one FMA where the product is exact.
+template <bool kFused>
+inline __m256 multiply_add(__m256 a, __m256 b, __m256 acc) {
+  return kFused ? _mm256_fmadd_ps(a, b, acc) : _mm256_add_ps(acc, _mm256_mul_ps(a, b));
+}
+
+// acc[i * kScoreHeads + l] (l < 16) = Σ_d q_t[d * kScoreHeads + l] * r[i][d] in d order, mul then add (or
+// FMAs: kFused): 4 rows x 16 heads in 8 ymm chains.
+template <bool kFused>
 void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float* acc) {
   __m256 a[4][2];
   for (auto& v : a) v[0] = v[1] = _mm256_setzero_ps();
@@ -163,8 +170,8 @@ void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float
     const __m256 q1 = _mm256_loadu_ps(q_t + d * kScoreHeads + 8);
     for (int i = 0; i < 4; ++i) {
       const __m256 x = _mm256_broadcast_ss(r[i] + d);
-      a[i][0] = _mm256_add_ps(a[i][0], _mm256_mul_ps(q0, x));
-      a[i][1] = _mm256_add_ps(a[i][1], _mm256_mul_ps(q1, x));
+      a[i][0] = multiply_add<kFused>(q0, x, a[i][0]);
+      a[i][1] = multiply_add<kFused>(q1, x, a[i][1]);
     }
   }
   for (int i = 0; i < 4; ++i) {
@@ -174,14 +181,19 @@ void score_four_rows(const float* q_t, const float* const* r, int64_t dim, float
 }
 
 // ScoreRowsKernel for AVX2: 16 ymm cannot hold 8 rows x 32 heads, so four passes of 4 rows x 16 heads.
-void score_rows_avx2(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kScoreHeads]) {
-  for (int rows = 0; rows < kScoreRows; rows += 4)
-    for (int lanes = 0; lanes < kScoreHeads; lanes += kHeadLanes) score_four_rows(q_t + lanes, r + rows, dim, &acc[rows][lanes]);
+void score_rows_avx2(const float* q_t, const float* const* r, int64_t dim, bool fused, float (*acc)[kScoreHeads]) {
+  for (int rows = 0; rows < kScoreRows; rows += 4) {
+    for (int lanes = 0; lanes < kScoreHeads; lanes += kHeadLanes) {
+      if (fused) score_four_rows<true>(q_t + lanes, r + rows, dim, &acc[rows][lanes]);
+      else score_four_rows<false>(q_t + lanes, r + rows, dim, &acc[rows][lanes]);
+    }
+  }
 }
 
 // PvBlockKernel for AVX2: sub-groups of 4 heads x 16 dims (8 ymm accumulators, each row chunk loaded once
 // per sub-group); the dims past the last whole 16 run pv_element.
-void pv_block_avx2(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
+template <bool kFused>
+void pv_block_avx2_impl(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
   for (int g0 = 0; g0 < b.lanes; g0 += 4) {
     int64_t d = 0;
     for (; d + 16 <= dim; d += 16) {
@@ -193,8 +205,8 @@ void pv_block_avx2(const PvBlock& b, int64_t dim, float* num, int64_t num_stride
         const float* p = b.p + j * kGroupHeads + g0;
         for (int g = 0; g < 4; ++g) {
           const __m256 pg = _mm256_broadcast_ss(p + g);
-          acc[g][0] = _mm256_add_ps(acc[g][0], _mm256_mul_ps(pg, r0));
-          acc[g][1] = _mm256_add_ps(acc[g][1], _mm256_mul_ps(pg, r1));
+          acc[g][0] = multiply_add<kFused>(pg, r0, acc[g][0]);
+          acc[g][1] = multiply_add<kFused>(pg, r1, acc[g][1]);
         }
       }
       for (int g = 0; g < 4; ++g) {
@@ -208,6 +220,42 @@ void pv_block_avx2(const PvBlock& b, int64_t dim, float* num, int64_t num_stride
       for (int g = g0; g < g0 + 4; ++g) num[g * num_stride + d] = pv_element(b, g, d, num[g * num_stride + d]);
     }
   }
+}
+
+void pv_block_avx2(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
+  if (b.fused) pv_block_avx2_impl<true>(b, dim, num, num_stride);
+  else pv_block_avx2_impl<false>(b, dim, num, num_stride);
+}
+
+// ValueBoundsKernel on 8 lanes, the tail scalar (see bounds_from_bits).
+ValueBounds bounds_avx2(const float* values, int64_t count) {
+  const __m256i magnitude_bits = _mm256_set1_epi32(0x7fffffff), one = _mm256_set1_epi32(1);
+  __m256i low = _mm256_set1_epi32(-1), high = _mm256_setzero_si256(), any = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + i));
+    const __m256i magnitude = _mm256_and_si256(x, magnitude_bits);
+    low = _mm256_min_epu32(low, _mm256_sub_epi32(magnitude, one));
+    high = _mm256_max_epu32(high, magnitude);
+    any = _mm256_or_si256(any, x);
+  }
+  alignas(32) uint32_t lows[8], highs[8], anys[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lows), low);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(highs), high);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(anys), any);
+  uint32_t low_minus_one = ~0u, highest = 0, any_bits = 0;
+  for (int l = 0; l < 8; ++l) {
+    low_minus_one = std::min(low_minus_one, lows[l]);
+    highest = std::max(highest, highs[l]);
+    any_bits |= anys[l];
+  }
+  for (; i < count; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(values[i]);
+    low_minus_one = std::min(low_minus_one, (bits & 0x7fffffffu) - 1u);
+    highest = std::max(highest, bits & 0x7fffffffu);
+    any_bits |= bits;
+  }
+  return bounds_from_bits(low_minus_one, highest, any_bits);
 }
 
 // Visits the items [begin, end) of a (query, group) item space, `groups` per query, one query at a time:
@@ -226,24 +274,29 @@ void for_each_query_groups(int64_t begin, int64_t end, int64_t groups, Fn&& fn) 
 // Phase 1 items (query, group of 32 heads) into scores [queries][heads][num_entries] (query relative to
 // query0). Per query, each pass of 8 present rows serves all the item range's groups (rows [8][dim] stay in
 // L1 while the groups' transposed queries q_t [groups][dim][32] stream from L2). Each score lane runs
-// dot_in_order's sequence (mul, then add, in d order from 0.0f), so the scores are the oracle's bits. The last
+// dot_in_order's sequence (mul, then add, in d order from 0.0f; one FMA where the group's queries and the pass's
+// rows (row_bounds [queries][num_entries]) multiply exactly), so the scores are the oracle's bits. The last
 // pass repeats a row to fill its 8 (results dropped).
-void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t query0, float* scores, int64_t begin,
-                  int64_t end, Arena& scratch) {
+void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t query0, const ValueBounds* row_bounds,
+                  float* scores, int64_t begin, int64_t end, Arena& scratch) {
   const int64_t groups = (a.heads + kScoreHeads - 1) / kScoreHeads;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const std::span<float> q_t = scratch.take<float>(static_cast<size_t>(groups * a.dim * kScoreHeads));
+  const std::span<ValueBounds> q_bounds = scratch.take<ValueBounds>(static_cast<size_t>(groups));
   for_each_query_groups(begin, end, groups, [&](int64_t item_query, int64_t first, int64_t last) {
     const int64_t query = query0 + item_query;
     const float* const* rows = a.rows + query * a.num_entries;
+    const ValueBounds* bounds = row_bounds + item_query * a.num_entries;
     float* query_scores = scores + item_query * a.heads * a.num_entries;  // [heads][entries]
     const int head_end = std::min<int>(a.heads, static_cast<int>(last) * kScoreHeads);
     for (int64_t group = first; group < last; ++group) {  // transpose the group's queries, zero lanes past heads
       float* t = q_t.data() + group * a.dim * kScoreHeads;
       std::fill_n(t, a.dim * kScoreHeads, 0.0f);
-      for (int l = 0; l < kScoreHeads && group * kScoreHeads + l < a.heads; ++l) {
-        const float* q = a.q + (query * a.heads + group * kScoreHeads + l) * a.dim;
-        for (int64_t d = 0; d < a.dim; ++d) t[d * kScoreHeads + l] = q[d];
+      const int lanes = std::min<int>(kScoreHeads, a.heads - static_cast<int>(group) * kScoreHeads);
+      const float* group_q = a.q + (query * a.heads + group * kScoreHeads) * a.dim;
+      q_bounds[static_cast<size_t>(group)] = paths.bounds(group_q, lanes * a.dim);
+      for (int l = 0; l < lanes; ++l) {
+        for (int64_t d = 0; d < a.dim; ++d) t[d * kScoreHeads + l] = group_q[l * a.dim + d];
       }
     }
     int64_t present[kScoreRows];
@@ -259,9 +312,12 @@ void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t 
       if (n == 0) break;
       const float* r[kScoreRows];
       for (int i = 0; i < kScoreRows; ++i) r[i] = rows[present[std::min(i, n - 1)]];
+      ValueBounds pass_bounds = bounds[present[0]];
+      for (int i = 1; i < n; ++i) pass_bounds = merge_bounds(pass_bounds, bounds[present[i]]);
       for (int64_t group = first; group < last; ++group) {
         float acc[kScoreRows][kScoreHeads];
-        paths.score_rows(q_t.data() + group * a.dim * kScoreHeads, r, a.dim, acc);
+        const bool fused = products_exact(q_bounds[static_cast<size_t>(group)], pass_bounds);
+        paths.score_rows(q_t.data() + group * a.dim * kScoreHeads, r, a.dim, fused, acc);
         const int head0 = static_cast<int>(group) * kScoreHeads;
         const int lanes = std::min(kScoreHeads, a.heads - head0);
         for (int i = 0; i < n; ++i) {
@@ -275,9 +331,10 @@ void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t 
 // Phase 2 items (query, group of 8 heads). Per query, block by block (the block's rows, 64 x dim floats, stay
 // in L2 for all the item range's groups): each head's online-softmax step as attend_head runs it (same exp
 // calls and indices, same denominator cascade), then the group's P·V in one pass over the block's rows
-// (paths.pv_block); at the end out = bf16(num / den) per head.
-void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t query0, const float* scores,
-                   int64_t begin, int64_t end, Arena& scratch) {
+// (paths.pv_block, fused where the group's probabilities and the block's rows multiply exactly); at the end
+// out = bf16(num / den) per head.
+void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t query0, const ValueBounds* row_bounds,
+                   const float* scores, int64_t begin, int64_t end, Arena& scratch) {
   const int64_t groups = (a.heads + kGroupHeads - 1) / kGroupHeads;
   const size_t slots = static_cast<size_t>(groups * kGroupHeads);
   const std::span<float> num = scratch.take<float>(slots * static_cast<size_t>(a.dim));  // [groups][8][dim]
@@ -290,6 +347,7 @@ void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t
   for_each_query_groups(begin, end, groups, [&](int64_t item_query, int64_t first, int64_t last) {
     const int64_t query = query0 + item_query;
     const float* const* rows = a.rows + query * a.num_entries;
+    const ValueBounds* bounds = row_bounds + item_query * a.num_entries;
     const float* query_scores = scores + item_query * a.heads * a.num_entries;  // [heads][entries]
     std::fill(num.begin() + first * kGroupHeads * a.dim, num.begin() + last * kGroupHeads * a.dim, 0.0f);
     std::fill(maximum.begin() + first * kGroupHeads, maximum.begin() + last * kGroupHeads, kInitialMax);
@@ -297,10 +355,12 @@ void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t
     for (int64_t start = 0; start < a.num_entries; start += kSparseAttentionBlock) {
       const int64_t count = std::min<int64_t>(kSparseAttentionBlock, a.num_entries - start);
       block.present = 0;
+      ValueBounds block_bounds{std::numeric_limits<float>::infinity(), 0.0f};
       for (int64_t j = 0; j < count; ++j) {
         if (rows[start + j] == nullptr) continue;
         present_index[block.present] = static_cast<int>(j);
         block.rows[block.present++] = rows[start + j];
+        block_bounds = merge_bounds(block_bounds, bounds[start + j]);
       }
       for (int64_t group = first; group < last; ++group) {
         const int head0 = static_cast<int>(group) * kGroupHeads;
@@ -325,6 +385,7 @@ void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t
           block.correction[g] = correction;
           maximum[slot] = next_max;
         }
+        block.fused = products_exact(paths.bounds(block.p, block.present * kGroupHeads), block_bounds);
         paths.pv_block(block, a.dim, num.data() + group * kGroupHeads * a.dim, a.dim);
       }
     }
@@ -336,7 +397,8 @@ void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t
   });
 }
 
-// Per chunk of queries, where the (query, group of 32 heads) items keep every thread busy: one parallel pass over
+// Per chunk of queries, first the bounds of every listed row (products_exact: where the phases may fuse), in a
+// parallel pass over the rows. Then, where the (query, group of 32 heads) items keep every thread busy: one parallel pass over
 // them; query by query, a range of items scores its heads, then runs their softmax and P·V (groups of 8 heads) on
 // the scores it just wrote, so no barrier separates the phases and the scores stay in the cache of the thread
 // that made them (one decode query on 2 threads: ~13% faster than two passes). With more threads than those
@@ -356,6 +418,7 @@ void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPoo
   };
   ThreadScratch caller(pool, 0);
   const std::span<float> scores = caller.take<float>(static_cast<size_t>(chunk * per_query));  // [chunk, heads, entries]
+  const std::span<ValueBounds> row_bounds = caller.take<ValueBounds>(static_cast<size_t>(chunk * a.num_entries));
   auto run = [&](int64_t items, ThreadPool::RangeFn fn) {
     if (pool == nullptr || items < 2) {
       fn(0, items, 0);
@@ -365,6 +428,12 @@ void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPoo
   };
   for (int64_t query0 = 0; query0 < a.num_queries; query0 += chunk) {
     const int64_t n = std::min(chunk, a.num_queries - query0);
+    const float* const* chunk_rows = a.rows + query0 * a.num_entries;
+    run(n * a.num_entries, [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin; i < end; ++i) {
+        if (chunk_rows[i] != nullptr) row_bounds[static_cast<size_t>(i)] = paths.bounds(chunk_rows[i], a.dim);
+      }
+    });
     const int64_t score_items = n * score_groups_per_query;
     if (pool == nullptr || pool->num_threads() <= score_items) {
       run(score_items, [&](int64_t begin, int64_t end, int thread) {
@@ -373,31 +442,31 @@ void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPoo
           ArenaScope scope(scratch.arena());
           const int64_t item_begin = query * score_groups_per_query + first;
           const int64_t item_end = query * score_groups_per_query + last;
-          score_groups(paths, a, query0, scores.data(), item_begin, item_end, scratch.arena());
-          attend_groups(paths, a, query0, scores.data(), pv_item(item_begin), pv_item(item_end), scratch.arena());
+          score_groups(paths, a, query0, row_bounds.data(), scores.data(), item_begin, item_end, scratch.arena());
+          attend_groups(paths, a, query0, row_bounds.data(), scores.data(), pv_item(item_begin), pv_item(item_end),
+                        scratch.arena());
         });
       });
       continue;
     }
     run(score_items, [&](int64_t begin, int64_t end, int thread) {
       ThreadScratch scratch(pool, thread);
-      score_groups(paths, a, query0, scores.data(), begin, end, scratch.arena());
+      score_groups(paths, a, query0, row_bounds.data(), scores.data(), begin, end, scratch.arena());
     });
     run(n * pv_groups_per_query, [&](int64_t begin, int64_t end, int thread) {
       ThreadScratch scratch(pool, thread);
-      attend_groups(paths, a, query0, scores.data(), begin, end, scratch.arena());
+      attend_groups(paths, a, query0, row_bounds.data(), scores.data(), begin, end, scratch.arena());
     });
   }
 }
 
-void attend_avx2(const SparseAttentionArgs& a, ThreadPool* pool) {
-  static const FastPaths paths{score_rows_avx2, pv_block_avx2};
-  attend_fast(paths, a, pool);
-}
+void attend_avx2(const SparseAttentionArgs& a, ThreadPool* pool) { attend_fast(avx2_paths(), a, pool); }
 
 void attend_avx512(const SparseAttentionArgs& a, ThreadPool* pool) { attend_fast(avx512_paths(), a, pool); }
 
 }  // namespace
+
+FastPaths sparse_attention_impl::avx2_paths() { return {score_rows_avx2, pv_block_avx2, bounds_avx2}; }
 
 const SparseAttentionKernels& reference_sparse_attention() {
   static const SparseAttentionKernels kernels{"reference", attend_reference};

@@ -1,6 +1,10 @@
 // AVX-512 (F/VL) paths of the fast sparse-attention kernel (kernels/sparse_attention_impl.h), compiled per
 // function with a target attribute so the rest of the binary stays x86-64-v3. The operations per (head, row,
-// d) are the AVX2 paths' and the oracle's: mul then add, never fused, in d order (scores) and list order (P·V).
+// d) are the AVX2 paths' and the oracle's: mul then add in d order (scores) and list order (P·V), or one FMA
+// for the two where the caller found every product exact (the same bits).
+// GCC 12's _mm512_reduce_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include "kernels/sparse_attention_impl.h"
@@ -11,10 +15,17 @@
 namespace dsflash::sparse_attention_impl {
 namespace {
 
+// acc + a * b: the product rounded, then the sum (the oracle's), or one FMA where the product is exact.
+template <bool kFused>
+DSFLASH_AVX512 inline __m512 multiply_add(__m512 a, __m512 b, __m512 acc) {
+  return kFused ? _mm512_fmadd_ps(a, b, acc) : _mm512_add_ps(acc, _mm512_mul_ps(a, b));
+}
+
 // acc[i][l] = Σ_d q_t[d][l] * r[i][d]: 32 heads in two zmm x 8 rows = 16 independent add chains; each
 // broadcast row element serves both halves (one broadcast per multiply ran at ~0.65 of the mul/add rate on
 // Zen 5, one per two at ~0.93).
-DSFLASH_AVX512 void score_rows_avx512(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kScoreHeads]) {
+template <bool kFused>
+DSFLASH_AVX512 void score_rows_impl(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kScoreHeads]) {
   __m512 a[kScoreRows][2];
   for (auto& v : a) v[0] = v[1] = _mm512_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
@@ -23,8 +34,8 @@ DSFLASH_AVX512 void score_rows_avx512(const float* q_t, const float* const* r, i
 #pragma GCC unroll 8
     for (int i = 0; i < kScoreRows; ++i) {
       const __m512 x = _mm512_set1_ps(r[i][d]);
-      a[i][0] = _mm512_add_ps(a[i][0], _mm512_mul_ps(q0, x));
-      a[i][1] = _mm512_add_ps(a[i][1], _mm512_mul_ps(q1, x));
+      a[i][0] = multiply_add<kFused>(q0, x, a[i][0]);
+      a[i][1] = multiply_add<kFused>(q1, x, a[i][1]);
     }
   }
   for (int i = 0; i < kScoreRows; ++i) {
@@ -33,11 +44,17 @@ DSFLASH_AVX512 void score_rows_avx512(const float* q_t, const float* const* r, i
   }
 }
 
+DSFLASH_AVX512 void score_rows_avx512(const float* q_t, const float* const* r, int64_t dim, bool fused,
+                                      float (*acc)[kScoreHeads]) {
+  if (fused) score_rows_impl<true>(q_t, r, dim, acc);
+  else score_rows_impl<false>(q_t, r, dim, acc);
+}
+
 // The group's P·V over dims [d, d + 16 * kVectors) for all 8 heads (heads past lanes run on p = 0, c = 1):
 // 8 x kVectors zmm accumulators, each row chunk loaded once for the 8 heads. `last` masks the final vector's
 // dims at the end of the row (masked lanes load 0 and are not stored); kFull chunks use plain loads and stores
 // (masked ones are slow on AMD).
-template <int kVectors, bool kFull>
+template <int kVectors, bool kFull, bool kFused>
 DSFLASH_AVX512 inline void pv_chunk(const PvBlock& b, int64_t d, __mmask16 last, float* num, int64_t num_stride) {
   auto load = [&](const float* from, int v) DSFLASH_AVX512 {
     return kFull || v + 1 < kVectors ? _mm512_loadu_ps(from + 16 * v) : _mm512_maskz_loadu_ps(last, from + 16 * v);
@@ -55,7 +72,7 @@ DSFLASH_AVX512 inline void pv_chunk(const PvBlock& b, int64_t d, __mmask16 last,
     for (int g = 0; g < kGroupHeads; ++g) {
       const __m512 pg = _mm512_set1_ps(p[g]);
 #pragma GCC unroll 3
-      for (int v = 0; v < kVectors; ++v) acc[g * kVectors + v] = _mm512_add_ps(acc[g * kVectors + v], _mm512_mul_ps(pg, r[v]));
+      for (int v = 0; v < kVectors; ++v) acc[g * kVectors + v] = multiply_add<kFused>(pg, r[v], acc[g * kVectors + v]);
     }
   }
 #pragma GCC unroll 8
@@ -73,17 +90,40 @@ DSFLASH_AVX512 inline void pv_chunk(const PvBlock& b, int64_t d, __mmask16 last,
 
 // PvBlockKernel: chunks of 48 dims (24 accumulators: three row loads and eight p broadcasts per 24 multiplies),
 // the rest in one chunk of up to 3 vectors with the last one masked.
-DSFLASH_AVX512 void pv_block_avx512(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
+template <bool kFused>
+DSFLASH_AVX512 void pv_block_impl(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
   constexpr int64_t kChunk = 48;
   int64_t d = 0;
-  for (; d + kChunk <= dim; d += kChunk) pv_chunk<3, true>(b, d, 0xffff, num, num_stride);
+  for (; d + kChunk <= dim; d += kChunk) pv_chunk<3, true, kFused>(b, d, 0xffff, num, num_stride);
   const int64_t rest = dim - d;
   if (rest == 0) return;
   const int64_t tail = rest % 16;
   const __mmask16 last = tail == 0 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << tail) - 1);
-  if (rest > 32) pv_chunk<3, false>(b, d, last, num, num_stride);
-  else if (rest > 16) pv_chunk<2, false>(b, d, last, num, num_stride);
-  else pv_chunk<1, false>(b, d, last, num, num_stride);
+  if (rest > 32) pv_chunk<3, false, kFused>(b, d, last, num, num_stride);
+  else if (rest > 16) pv_chunk<2, false, kFused>(b, d, last, num, num_stride);
+  else pv_chunk<1, false, kFused>(b, d, last, num, num_stride);
+}
+
+DSFLASH_AVX512 void pv_block_avx512(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
+  if (b.fused) pv_block_impl<true>(b, dim, num, num_stride);
+  else pv_block_impl<false>(b, dim, num, num_stride);
+}
+
+// ValueBoundsKernel on 16 lanes (the tail masked: its zeros count as nothing). Magnitudes compare as unsigned
+// integers; the smallest nonzero one is 1 + min(|x| - 1), where a zero wraps to the largest.
+DSFLASH_AVX512 ValueBounds bounds_avx512(const float* values, int64_t count) {
+  const __m512i magnitude_bits = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);
+  __m512i low = _mm512_set1_epi32(-1), high = _mm512_setzero_si512(), any = _mm512_setzero_si512();
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 lanes = count - i >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (count - i)) - 1);
+    const __m512i x = _mm512_maskz_loadu_epi32(lanes, values + i);
+    const __m512i magnitude = _mm512_and_si512(x, magnitude_bits);
+    low = _mm512_min_epu32(low, _mm512_sub_epi32(magnitude, one));
+    high = _mm512_max_epu32(high, magnitude);
+    any = _mm512_or_si512(any, x);
+  }
+  return bounds_from_bits(_mm512_reduce_min_epu32(low), _mm512_reduce_max_epu32(high),
+                          static_cast<uint32_t>(_mm512_reduce_or_epi32(any)));
 }
 
 }  // namespace
@@ -91,8 +131,8 @@ DSFLASH_AVX512 void pv_block_avx512(const PvBlock& b, int64_t dim, float* num, i
 FastPaths avx512_paths() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  if (!supported) return {nullptr, nullptr};
-  return {score_rows_avx512, pv_block_avx512};
+  if (!supported) return {nullptr, nullptr, nullptr};
+  return {score_rows_avx512, pv_block_avx512, bounds_avx512};
 }
 
 }  // namespace dsflash::sparse_attention_impl

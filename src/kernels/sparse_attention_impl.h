@@ -2,7 +2,9 @@
 // its AVX-512 paths (sparse_attention_avx512.cpp). Not part of the kernels' interface.
 #pragma once
 
+#include <bit>
 #include <cstdint>
+#include <limits>
 
 #include "kernels/sparse_attention.h"
 
@@ -12,6 +14,37 @@ inline constexpr int kHeadLanes = 16;   // heads in the lanes of one zmm / two y
 inline constexpr int kScoreHeads = 32;  // heads per scoring group: two zmm, so that each broadcast row element
                                         // serves two multiplies (a broadcast costs a vector slot on some cores)
 inline constexpr int kGroupHeads = 8;  // heads per P·V group: each row chunk is loaded once for 8 heads
+
+// Magnitude bounds of a set of bf16 values in fp32 (a KV row, a query, probabilities): low = the smallest
+// nonzero |x| (+inf when every value is zero), high = the largest |x|, NaN when a value is NaN or not a bf16
+// value (low 16 bits set), so that no exactness argument is made on it.
+struct ValueBounds {
+  float low;
+  float high;
+};
+using ValueBoundsKernel = ValueBounds (*)(const float* values, int64_t count);
+
+// ValueBounds from a bounds kernel's reductions over the values' bits: min(|x| - 1) as unsigned (a zero wraps
+// to all ones, so all ones = no nonzero value), max |x|, and the OR of every value (a bf16 value's low 16 bits
+// are clear).
+inline ValueBounds bounds_from_bits(uint32_t low_minus_one, uint32_t high, uint32_t any) {
+  return {low_minus_one == ~0u ? std::numeric_limits<float>::infinity() : std::bit_cast<float>(low_minus_one + 1),
+          (any & 0xffffu) != 0 ? std::numeric_limits<float>::quiet_NaN() : std::bit_cast<float>(high)};
+}
+
+// The bounds of the union of two sets.
+inline ValueBounds merge_bounds(ValueBounds a, ValueBounds b) {
+  const bool unusable = a.high != a.high || b.high != b.high;  // NaN
+  return {a.low < b.low ? a.low : b.low, unusable ? a.high + b.high : (a.high > b.high ? a.high : b.high)};
+}
+
+// Whether every product x * y of an x within a and a y within b is exact in fp32: two bf16 significands
+// multiply into at most 16 bits, which a normal finite fp32 holds. Then fma(x, y, acc) rounds once, like
+// acc + (x * y) with the product rounded (exactly) first, so a fused kernel keeps the oracle's bits; a subnormal
+// or overflowing product would not. The test runs in double, where the bounds' products are exact.
+inline bool products_exact(ValueBounds a, ValueBounds b) {
+  return static_cast<double>(a.low) * b.low >= 0x1p-126 && static_cast<double>(a.high) * b.high < 0x1p127;
+}
 
 // One block of up to 64 list entries for a group of 8 heads of one query, as the P·V kernels consume it:
 // the block's present rows (nullptr entries dropped, list order kept) and their bf16-rounded probabilities
@@ -24,24 +57,30 @@ struct PvBlock {
   alignas(32) float correction[kGroupHeads];
   int present = 0;
   int lanes = 0;
+  bool fused = false;  // every p * row element product is exact (products_exact): FMAs keep the bits
 };
 
 // num [8][num_stride] fp32, updated over d in [0, dim): per head g and element d,
 //   mm = 0; for j in list order: mm = mm + round(p[j][g] * rows[j][d]);  num = num * c[g] + mm
-// with mul then add (never fused), i.e. the scalar oracle's sequence for every (head, d).
+// with mul then add, i.e. the scalar oracle's sequence for every (head, d); with block.fused the inner
+// mm + p * row is one FMA (the same bits there, and twice the rate).
 using PvBlockKernel = void (*)(const PvBlock& block, int64_t dim, float* num, int64_t num_stride);
 
-// scores of 8 rows for 32 heads: acc[i][l] = Σ_d q_t[d][l] * r[i][d] in d order from 0.0f, mul then add.
+// scores of 8 rows for 32 heads: acc[i][l] = Σ_d q_t[d][l] * r[i][d] in d order from 0.0f, mul then add, or
+// FMAs where `fused` (the caller's products_exact of the queries and rows: the same bits).
 // q_t [dim][32] (the group's queries transposed), r [8] row pointers (duplicates allowed).
-using ScoreRowsKernel = void (*)(const float* q_t, const float* const* r, int64_t dim, float (*acc)[kScoreHeads]);
+using ScoreRowsKernel = void (*)(const float* q_t, const float* const* r, int64_t dim, bool fused,
+                                 float (*acc)[kScoreHeads]);
 inline constexpr int kScoreRows = 8;
 
 struct FastPaths {
   ScoreRowsKernel score_rows;
   PvBlockKernel pv_block;
+  ValueBoundsKernel bounds;
 };
 
-// The AVX-512 (F/VL) paths, or nullptr members when the CPU lacks them.
+// The AVX2 paths (the build baseline) and the AVX-512 (F/VL) ones, nullptr members when the CPU lacks them.
+FastPaths avx2_paths();
 FastPaths avx512_paths();
 
 // The scalar P·V of one head and element d (the tails of the vector paths): returns the updated num.

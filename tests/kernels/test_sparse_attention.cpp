@@ -3,8 +3,10 @@
 // ragged shapes (bit for bit), with and without threads.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <random>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "formats/formats.h"
 #include "kernels/sparse_attention.h"
+#include "kernels/sparse_attention_impl.h"
 #include "kernels/torch_exp.h"
 
 namespace dsflash {
@@ -315,6 +318,126 @@ TEST(SparseAttention, FastTablesTakeExpPathsByTensorPosition) {
     expect_bits_equal(run(p, *k, -x), ref, std::string(k->name) + " exp paths");
     expect_bits_equal(run(p, *k, -x, &pool), ref, std::string(k->name) + " exp paths, pool 3");
   }
+}
+
+// The fast tables multiply with FMAs only where every product is exact in fp32 (sparse_attention_impl.h,
+// products_exact); elsewhere they round each product first, as the oracle does. Each case below is built so
+// that an FMA changes the output (checked first: the test can fail), on one head over 3 entries of 16 dims:
+//  - P·V: a probability 2^-100 times a row element 1.25 * 2^-49 is a subnormal product (1.25 * 2^-149, rounded
+//    alone to 2^-149) added to 2^-125 + 2^-133: rounded first it ties to even, fused it rounds up; den = 2,
+//    so the output's bf16 rounding (another tie) shows the difference;
+//  - scores: a row that is not bf16 (the product needs more than 24 bits), scale 2^23;
+//  - scores: a product that overflows after a large negative one (rounded first: inf; fused: finite).
+TEST(SparseAttention, FastTablesFuseOnlyExactProducts) {
+  std::vector<const SparseAttentionKernels*> tables{&avx2_sparse_attention()};
+  if (const SparseAttentionKernels* avx512 = avx512_sparse_attention()) tables.push_back(avx512);
+  ThreadPool three(3);
+  constexpr int64_t kDim = 16;
+  struct Case {
+    std::string what;
+    std::vector<float> q, rows;  // q [dim], rows [3][dim] (dims past those given are 0)
+    float scale;
+  };
+  std::vector<Case> cases;
+  auto row_set = [](std::vector<std::vector<float>> given) {
+    std::vector<float> rows(3 * kDim, 0.0f);
+    for (size_t j = 0; j < given.size(); ++j) std::copy(given[j].begin(), given[j].end(), rows.begin() + j * kDim);
+    return rows;
+  };
+  // P·V: entries A1, A2 score 0 (m = 0), B scores -1 * (100 ln 2) (p = bf16(exp) = 2^-100); dim 1 carries the
+  // values.
+  const float ln2_100 = 100.0f * std::log(2.0f);
+  ASSERT_EQ(round_to_bf16(std::exp(-ln2_100)), 0x1p-100f);
+  cases.push_back({"P.V subnormal product", {1.0f}, row_set({{0.0f, 0x1p-125f}, {0.0f, 0x1p-133f}, {-1.0f, 0x1.4p-49f}}), ln2_100});
+  {
+    const float partial = 0x1p-125f + 0x1p-133f, product = 0x1p-100f * 0x1.4p-49f;  // rounded to 2^-149
+    ASSERT_NE(round_to_bf16((partial + product) / 2.0f), round_to_bf16(std::fma(0x1p-100f, 0x1.4p-49f, partial) / 2.0f));
+  }
+  // Scores: a fp32 row element r (not bf16) with 1 + 3 * r rounded twice != fused.
+  float r = 0.0f;
+  for (uint32_t bits = 0x32aaaa00u; r == 0.0f && bits < 0x32aaac00u; ++bits) {  // 3r near 2^-24, half an ulp of 1
+    const float candidate = std::bit_cast<float>(bits);
+    if (1.0f + 3.0f * candidate != std::fma(3.0f, candidate, 1.0f)) r = candidate;
+  }
+  ASSERT_NE(r, 0.0f);
+  cases.push_back({"score row not bf16", {1.0f, 3.0f}, row_set({{1.0f, r}, {1.0f}}), 0x1p23f});
+  // Scores: -1.5 * 2^127 then 2^128 (overflows when rounded alone).
+  cases.push_back({"score overflowing product", {0x1p64f, 0x1p64f}, row_set({{-0x1.8p63f, 0x1p64f}, {0.0f}}), 0x1p-127f});
+  ASSERT_NE(std::isinf(-0x1.8p127f + 0x1p64f * 0x1p64f), std::isinf(std::fma(0x1p64f, 0x1p64f, -0x1.8p127f)));
+  for (Case& c : cases) {
+    c.q.resize(kDim, 0.0f);
+    const std::vector<const float*> rows{&c.rows[0], &c.rows[kDim], &c.rows[2 * kDim]};
+    const std::vector<float> sink{-200.0f};
+    auto attend = [&](const SparseAttentionKernels& k, ThreadPool* pool) {
+      return run_batch(k, c.q, rows, sink, 1, 3, 1, kDim, c.scale, pool);
+    };
+    const std::vector<float> ref = attend(reference_sparse_attention(), nullptr);
+    for (const SparseAttentionKernels* k : tables) {
+      expect_bits_equal(attend(*k, nullptr), ref, std::string(k->name) + " " + c.what);
+      expect_bits_equal(attend(*k, &three), ref, std::string(k->name) + " pool 3 " + c.what);
+    }
+  }
+}
+
+// (A subnormal product in the scores changes one ulp of a score near 2^-125, which the bf16 output hides for any
+// scale a float can hold; products_exact and the bounds kernels are tested directly below instead.)
+
+using sparse_attention_impl::ValueBounds;
+
+// The bounds kernels of both paths: smallest nonzero and largest magnitude over lengths around the vector
+// widths (tails), -0 and +0 as zero, subnormals, NaN / inf, and values that are not bf16 (high = NaN).
+TEST(SparseAttention, ValueBoundsOfEveryPath) {
+  std::vector<std::pair<const char*, sparse_attention_impl::ValueBoundsKernel>> kernels{
+      {"avx2", sparse_attention_impl::avx2_paths().bounds}};
+  if (sparse_attention_impl::avx512_paths().bounds != nullptr) {
+    kernels.push_back({"avx512", sparse_attention_impl::avx512_paths().bounds});
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto& [name, bounds] : kernels) {
+    SCOPED_TRACE(name);
+    for (int64_t count : {0, 1, 7, 8, 9, 15, 16, 17, 33, 40}) {
+      SCOPED_TRACE(count);
+      std::vector<float> v(static_cast<size_t>(count), 0.0f);
+      for (int64_t i = 1; i < count; i += 3) v[static_cast<size_t>(i)] = -0.0f;
+      ValueBounds b = bounds(v.data(), count);
+      EXPECT_EQ(b.low, inf);
+      EXPECT_EQ(b.high, 0.0f);
+      if (count == 0) continue;
+      // Values in the last place (the tail of the vector loop) and elsewhere.
+      v.back() = -0x1.8p-3f;
+      v.front() = count > 1 ? 0x1.2p5f : v.front();
+      b = bounds(v.data(), count);
+      EXPECT_EQ(b.low, 0x1.8p-3f);
+      EXPECT_EQ(b.high, count > 1 ? 0x1.2p5f : 0x1.8p-3f);
+      v.back() = 0x1p-133f;  // the smallest bf16 subnormal
+      EXPECT_EQ(bounds(v.data(), count).low, 0x1p-133f);
+      v.back() = -inf;
+      EXPECT_EQ(bounds(v.data(), count).high, inf);
+      v.back() = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_TRUE(std::isnan(bounds(v.data(), count).high));
+      v.back() = 1.0f + 0x1p-20f;  // not a bf16 value
+      EXPECT_TRUE(std::isnan(bounds(v.data(), count).high));
+    }
+  }
+}
+
+// products_exact: every product of the two sets normal (>= 2^-126) and below 2^127, at both edges; a set with
+// no nonzero value ({inf, 0}) multiplies exactly with anything finite; NaN bounds never.
+TEST(SparseAttention, ProductsExactAtItsEdges) {
+  using sparse_attention_impl::products_exact;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(products_exact({0x1p-63f, 1.0f}, {0x1p-63f, 1.0f}));
+  EXPECT_FALSE(products_exact({0x1p-64f, 1.0f}, {0x1p-63f, 1.0f}));
+  EXPECT_TRUE(products_exact({1.0f, 0x1.fep62f}, {1.0f, 0x1.fep63f}));
+  EXPECT_FALSE(products_exact({1.0f, 0x1p64f}, {1.0f, 0x1p63f}));
+  EXPECT_TRUE(products_exact({inf, 0.0f}, {0x1p-120f, 0x1p100f}));
+  EXPECT_FALSE(products_exact({1.0f, nan}, {1.0f, 1.0f}));
+  EXPECT_FALSE(products_exact({1.0f, inf}, {1.0f, 1.0f}));
+  const ValueBounds merged = sparse_attention_impl::merge_bounds({0x1p-3f, 2.0f}, {0x1p-5f, 1.0f});
+  EXPECT_EQ(merged.low, 0x1p-5f);
+  EXPECT_EQ(merged.high, 2.0f);
+  EXPECT_TRUE(std::isnan(sparse_attention_impl::merge_bounds({1.0f, nan}, {1.0f, 4.0f}).high));
+  EXPECT_TRUE(std::isnan(sparse_attention_impl::merge_bounds({1.0f, 4.0f}, {1.0f, nan}).high));
 }
 
 }  // namespace
