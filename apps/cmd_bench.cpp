@@ -6,7 +6,9 @@
 //                         smallest --depth;
 //   tg bB / roofline      those steps against their roofline, max(weight bytes touched / read bandwidth, matmul
 //                         FLOPs / dot peak), both limits measured in this run (decode_roofline_fraction_batchB),
-//                         and the steps by phase (as for "decode step @ D" below);
+//                         and the steps by phase (as for "decode step @ D" below); where the kernel table
+//                         multiplies with another instruction than the bf16 dot (fp32 FMAs, AMX), also against the
+//                         roofline with the bf16-dot peak (decode_bf16_dot_roofline_fraction_batchB);
 //   global KV             bytes per token the engine reserved (kv pages, whole blocks) for the longest prompt
 //                         (prompt + the one generated id), and what reserving a --reserve-context context allocates;
 //   decode step @ D       one batch-1 decode step at each --depth D (decode_step_ms_by_depth in --json), its ratio
@@ -40,7 +42,8 @@
 // Prefill fairness: both plans get the same prompt in the same chunks (--chunk = prefill tokens per step) and
 // compute logits only for the last prompt position (what generation needs), so the ratio compares the layer work;
 // one untimed prefill comes first (as llama-bench's warm-up run), and "ppN default / dot peak" also
-// says which share of the default plan's time each phase took.
+// says which share of the default plan's time each phase took, and (another table instruction) the fraction of
+// the bf16-dot peak (prefill_bf16_dot_peak_fraction).
 // --json prints the same figures as one JSON object. Timing is wall clock; a benchmark is not a test.
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
@@ -52,6 +55,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -250,6 +254,13 @@ int run_bench(const BenchOptions& o) {
     return 1;
   }
   const ModelInfo& info = (*engine)->info();
+  // The bf16-dot peak measured now, where the table's GEMMs multiply with another instruction (the figures'
+  // second limit), else nothing.
+  auto bf16_dot_peak = [&](const ComputePeak& table) -> std::optional<ComputePeak> {
+    ComputePeak dot = (*engine)->measure_compute_peak(0.25, /*bf16_dot=*/true);
+    if (dot.kernel == table.kernel) return std::nullopt;
+    return dot;
+  };
   const int64_t size_bytes = info.checkpoint_bytes;
   const std::string model_name = std::filesystem::path(o.model_dir).filename().string().empty()
                                      ? std::filesystem::path(o.model_dir).parent_path().filename().string()
@@ -437,6 +448,7 @@ int run_bench(const BenchOptions& o) {
     // the activated parameters (2 per weight element: every prompt token through the encoder path, the window
     // tail through the rest of the decoder and the head; attention and indexer arithmetic not counted).
     const ComputePeak peak = (*engine)->measure_compute_peak();
+    const std::optional<ComputePeak> dot = bf16_dot_peak(peak);
     const double tail = static_cast<double>(std::min(n, info.window_size));
     const double flops = 2.0 * static_cast<double>(info.activated_params_prefill) * static_cast<double>(n) +
                          2.0 * static_cast<double>(info.activated_params_decode - info.activated_params_prefill) * tail;
@@ -444,12 +456,22 @@ int run_bench(const BenchOptions& o) {
     const double fraction = peak.gflops > 0 ? achieved_gflops / peak.gflops : 0.0;
     // Where the default plan's time went (shares of its prefill seconds): matmuls against everything else.
     auto share = [&](int p) { return default_s > 0 ? phase_s[p] / default_s : 0.0; };
-    char text[320];
+    char text[400];
     std::snprintf(text, sizeof(text),
                   "%.3f (%.1f of %.1f GFLOP/s, %s, same run; time by phase: linear %.2f, attention %.2f, "
                   "indexer %.2f, other %.2f)",
                   fraction, achieved_gflops, peak.gflops, peak.kernel.c_str(), share(1), share(3), share(2), share(0));
-    rows.push_back({"pp" + std::to_string(n) + " default / dot peak", text});
+    std::string row_text = text;
+    if (dot) {
+      const double dot_fraction = achieved_gflops / dot->gflops;
+      std::snprintf(text, sizeof(text), "; %.3f of the bf16-dot peak (%.1f GFLOP/s, %s)", dot_fraction, dot->gflops,
+                    dot->kernel.c_str());
+      row_text += text;
+      j["prefill"][std::to_string(n)]["bf16_dot_peak_fraction"] = dot_fraction;
+      j["prefill"][std::to_string(n)]["bf16_dot_peak_gflops"] = dot->gflops;
+      j["prefill_bf16_dot_peak_fraction"] = dot_fraction;
+    }
+    rows.push_back({"pp" + std::to_string(n) + " default / dot peak", row_text});
     j["prefill"][std::to_string(n)]["phase_share"] = {
         {"linear", share(1)}, {"attention", share(3)}, {"indexer", share(2)}, {"other", share(0)}};
     j["prefill"][std::to_string(n)]["achieved_gflops"] = achieved_gflops;
@@ -473,9 +495,11 @@ int run_bench(const BenchOptions& o) {
     // The two limits of a decode step, measured now in this process: the step's roofline is
     // max(weight bytes touched / read bandwidth, matmul FLOPs / dot peak).
     const ComputePeak peak = (*engine)->measure_compute_peak();
+    const std::optional<ComputePeak> dot = bf16_dot_peak(peak);
     const ReadBandwidth read = (*engine)->measure_read_bandwidth();
     j["read_gbps"] = read.gbps;
     j["peak_gflops"] = peak.gflops;
+    if (dot) j["bf16_dot_peak_gflops"] = dot->gflops;
     for (int64_t batch : o.batches) {
       // One run decoding every repetition's tokens; its pure decode steps split into repetitions of -n steps.
       auto steps = bench.decode_steps(depth, batch, o.decode_tokens * o.repetitions);
@@ -519,7 +543,16 @@ int run_bench(const BenchOptions& o) {
                     "by phase: linear %.1f, attention %.1f, indexer %.1f, other %.1f)",
                     fraction, step_s * 1e3, roofline_s * 1e3, bytes * 1e-9, read.gbps, flops * 1e-9, peak.gflops,
                     phase_ms[1], phase_ms[3], phase_ms[2], phase_ms[0]);
-      rows.push_back({"tg b" + std::to_string(batch) + " / roofline", text});
+      std::string row_text = text;
+      if (dot) {
+        const double dot_roofline_s = std::max(bytes_s, flops / (dot->gflops * 1e9));
+        std::snprintf(text, sizeof(text), "; %.3f of the bf16-dot roofline (%.1f ms, %.1f GFLOP/s)",
+                      dot_roofline_s / step_s, dot_roofline_s * 1e3, dot->gflops);
+        row_text += text;
+        j["decode"][std::to_string(depth)][std::to_string(batch)]["bf16_dot_roofline_fraction"] = dot_roofline_s / step_s;
+        j["decode_bf16_dot_roofline_fraction_batch" + std::to_string(batch)] = dot_roofline_s / step_s;
+      }
+      rows.push_back({"tg b" + std::to_string(batch) + " / roofline", row_text});
       j["decode"][std::to_string(depth)][std::to_string(batch)]["roofline_fraction"] = fraction;
       j["decode"][std::to_string(depth)][std::to_string(batch)]["step_ms"] = step_s * 1e3;
       j["decode"][std::to_string(depth)][std::to_string(batch)]["weight_bytes"] = bytes;

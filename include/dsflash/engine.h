@@ -293,8 +293,9 @@ class Engine {
   std::vector<StepRecord> take_step_records();
   // Times the dense-GEMM peak of the loaded kernel table now (the instruction its many-row matmuls multiply with:
   // the bf16 dot, fp32 FMAs where "avx512" chose them, the AMX tile unit for "amx"; about `seconds`, on the worker
-  // threads the steps use: call it between requests, or it competes with them).
-  ComputePeak measure_compute_peak(double seconds = 0.25) const;
+  // threads the steps use: call it between requests, or it competes with them). bf16_dot: the bf16 dot-product
+  // peak (vdpbf16ps, an fp32 FMA fallback without it) whatever the table multiplies with.
+  ComputePeak measure_compute_peak(double seconds = 0.25, bool bf16_dot = false) const;
   ReadBandwidth measure_read_bandwidth(int64_t bytes = int64_t{512} << 20) const;
 
   struct Impl;

@@ -211,9 +211,9 @@ int64_t Engine::global_kv_bytes_for_positions(int64_t positions) const {
   return impl_->kv_layout->global_bytes_for_positions(positions);
 }
 
-ComputePeak Engine::measure_compute_peak(double seconds) const {
+ComputePeak Engine::measure_compute_peak(double seconds, bool bf16_dot) const {
   const ComputeContext& ctx = impl_->runner->context();
-  const DotPeak peak = measure_dot_peak(ctx.pool, seconds, ctx.backend->gemm_peak);
+  const DotPeak peak = measure_dot_peak(ctx.pool, seconds, bf16_dot ? PeakOps::kBf16Dot : ctx.backend->gemm_peak);
   return ComputePeak{peak.gflops, peak.kernel};
 }
 

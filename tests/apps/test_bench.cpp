@@ -47,12 +47,29 @@ TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
   EXPECT_GT(j.at("read_gbps").get<double>(), 0.0);
   EXPECT_GT(j.at("peak_gflops").get<double>(), 0.0);
   EXPECT_GT(j.at("decode_step_ms_by_depth").at("256").get<double>(), 0.0);
+  // Where the table multiplies with another instruction than the bf16 dot, both figures also against its peak.
+  const bool other_instruction = j.at("peak_kernel").get<std::string>() != "avx512bf16 vdpbf16ps";
+  EXPECT_EQ(j.contains("prefill_bf16_dot_peak_fraction"), other_instruction);
+  EXPECT_EQ(j.contains("bf16_dot_peak_gflops"), other_instruction);
+  if (other_instruction) {
+    EXPECT_GT(j.at("prefill_bf16_dot_peak_fraction").get<double>(), 0.0);
+    // The same achieved rate against each peak.
+    const nlohmann::json& p = j.at("prefill").at("16");
+    EXPECT_NEAR(p.at("bf16_dot_peak_fraction").get<double>(),
+                p.at("achieved_gflops").get<double>() / p.at("bf16_dot_peak_gflops").get<double>(), 1e-9);
+  }
   for (const char* batch : {"1", "2"}) {
     SCOPED_TRACE(std::string("batch ") + batch);
     const nlohmann::json& d = j.at("decode").at("256").at(batch);
     EXPECT_GT(d.at("roofline_fraction").get<double>(), 0.0);
     EXPECT_EQ(j.at(std::string("decode_roofline_fraction_batch") + batch).get<double>(),
               d.at("roofline_fraction").get<double>());
+    EXPECT_EQ(d.contains("bf16_dot_roofline_fraction"), other_instruction);
+    if (other_instruction) {
+      EXPECT_GT(d.at("bf16_dot_roofline_fraction").get<double>(), 0.0);
+      EXPECT_EQ(j.at(std::string("decode_bf16_dot_roofline_fraction_batch") + batch).get<double>(),
+                d.at("bf16_dot_roofline_fraction").get<double>());
+    }
     // The phases split the timed step: each is >= 0 and together they are the step, up to the clock reads
     // between the step's own timer and the profile's.
     double phases = 0;
