@@ -54,8 +54,8 @@ float reversed_chain(const float* x, const float* w, int64_t n) {
 }
 
 TEST(HcMixDots, SimdEqualsReferenceBitForBit) {
-  ThreadPool one(1), three(3);
-  ThreadPool* pools[] = {nullptr, &one, &three};
+  ThreadPool one(1), two(2), three(3);
+  ThreadPool* pools[] = {nullptr, &one, &two, &three};
   std::mt19937 rng(41);
   int64_t fma_differs = 0, order_differs = 0, checked = 0;
   // mix_count: hc 4 (24), hc 1 (3), hc 2 (8) and two counts no hc gives (odd block splits).
