@@ -49,8 +49,11 @@ const SparseAttentionKernels& reference_sparse_attention();
 // product), 8 rows per pass. Softmax and P·V per group of 8 heads: per block of 64 entries each head's softmax
 // step as the oracle's (exp vectorised with the same operations), then the group's P·V with each row chunk
 // loaded once for the 8 heads and the accumulators [heads x dims] in registers, every element summed in list
-// order. Threads take (query, group of 32 heads) items and run both phases on them, or, when the pool has more
-// threads than those items, the scores over them and then softmax and P·V over (query, group of 8 heads).
+// order. Both phases multiply-add with one FMA where every product of the pass / block is exact in fp32 (bf16
+// values whose products are normal and finite, from per-row magnitude bounds taken first), which rounds as the
+// oracle's product-then-sum does; elsewhere they round each product first. Threads take (query, group of 32
+// heads) items and run both phases on them, or, when the pool has more threads than those items, the scores over
+// them and then softmax and P·V over (query, group of 8 heads).
 // best: the AVX-512 table where the CPU has AVX-512 F/BW/VL/DQ, else the AVX2 one (the build baseline).
 const SparseAttentionKernels& best_sparse_attention();
 const SparseAttentionKernels& avx2_sparse_attention();
