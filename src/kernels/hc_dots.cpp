@@ -21,6 +21,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/hc.h"
+#include "kernels/transpose8.h"
 
 #define DSFLASH_HC_AVX512 __attribute__((target("avx512f")))
 
@@ -47,25 +48,6 @@ struct DotItem {
 inline __m256i first_lanes_mask(int64_t n) {
   const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, 8))), index);
-}
-
-// rows[r] = a[r][0..7] -> rows[c] = a[0..7][c] (8x8 fp32 transpose in registers).
-inline void transpose8(__m256 rows[8]) {
-  __m256 t[8], u[8];
-  for (int p = 0; p < 4; ++p) {
-    t[2 * p] = _mm256_unpacklo_ps(rows[2 * p], rows[2 * p + 1]);
-    t[2 * p + 1] = _mm256_unpackhi_ps(rows[2 * p], rows[2 * p + 1]);
-  }
-  for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h+3
-    u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
-    u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
-    u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
-    u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
-  }
-  for (int s = 0; s < 4; ++s) {
-    rows[s] = _mm256_permute2f128_ps(u[s], u[4 + s], 0x20);
-    rows[4 + s] = _mm256_permute2f128_ps(u[s], u[4 + s], 0x31);
-  }
 }
 
 // Loads 8 consecutive rows of `base` (row stride `stride`) at column k0, the first `valid_rows` of them real and

@@ -15,6 +15,7 @@
 #include "kernels/reduce.h"
 #include "kernels/sparse_attention_impl.h"
 #include "kernels/torch_exp.h"
+#include "kernels/transpose8.h"
 
 namespace dsflash {
 namespace {
@@ -271,6 +272,24 @@ void for_each_query_groups(int64_t begin, int64_t end, int64_t groups, Fn&& fn) 
   }
 }
 
+// t [dim][32] = a group's queries q [lanes][dim] transposed (t[d * 32 + l] = q[l * dim + d]), lanes past `lanes`
+// zero: 8 x 8 blocks through registers, the ragged edges element by element.
+void transpose_queries(const float* q, int lanes, int64_t dim, float* t) {
+  const int full_lanes = lanes / 8 * 8;
+  const int64_t full_dims = dim / 8 * 8;
+  for (int l0 = 0; l0 < full_lanes; l0 += 8) {
+    for (int64_t d0 = 0; d0 < full_dims; d0 += 8) {
+      __m256 rows[8];
+      for (int r = 0; r < 8; ++r) rows[r] = _mm256_loadu_ps(q + (l0 + r) * dim + d0);
+      transpose8(rows);
+      for (int c = 0; c < 8; ++c) _mm256_storeu_ps(t + (d0 + c) * kScoreHeads + l0, rows[c]);
+    }
+  }
+  for (int64_t d = 0; d < dim; ++d) {
+    for (int l = d < full_dims ? full_lanes : 0; l < kScoreHeads; ++l) t[d * kScoreHeads + l] = l < lanes ? q[l * dim + d] : 0.0f;
+  }
+}
+
 // Phase 1 items (query, group of 32 heads) into scores [queries][heads][num_entries] (query relative to
 // query0). Per query, each pass of 8 present rows serves all the item range's groups (rows [8][dim] stay in
 // L1 while the groups' transposed queries q_t [groups][dim][32] stream from L2). Each score lane runs
@@ -289,15 +308,11 @@ void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t 
     const ValueBounds* bounds = row_bounds + item_query * a.num_entries;
     float* query_scores = scores + item_query * a.heads * a.num_entries;  // [heads][entries]
     const int head_end = std::min<int>(a.heads, static_cast<int>(last) * kScoreHeads);
-    for (int64_t group = first; group < last; ++group) {  // transpose the group's queries, zero lanes past heads
-      float* t = q_t.data() + group * a.dim * kScoreHeads;
-      std::fill_n(t, a.dim * kScoreHeads, 0.0f);
+    for (int64_t group = first; group < last; ++group) {  // the group's queries transposed, their bounds
       const int lanes = std::min<int>(kScoreHeads, a.heads - static_cast<int>(group) * kScoreHeads);
       const float* group_q = a.q + (query * a.heads + group * kScoreHeads) * a.dim;
       q_bounds[static_cast<size_t>(group)] = paths.bounds(group_q, lanes * a.dim);
-      for (int l = 0; l < lanes; ++l) {
-        for (int64_t d = 0; d < a.dim; ++d) t[d * kScoreHeads + l] = group_q[l * a.dim + d];
-      }
+      transpose_queries(group_q, lanes, a.dim, q_t.data() + group * a.dim * kScoreHeads);
     }
     int64_t present[kScoreRows];
     for (int64_t j = 0; j < a.num_entries;) {
