@@ -335,8 +335,23 @@ void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t 
         paths.score_rows(q_t.data() + group * a.dim * kScoreHeads, r, a.dim, fused, acc);
         const int head0 = static_cast<int>(group) * kScoreHeads;
         const int lanes = std::min(kScoreHeads, a.heads - head0);
-        for (int i = 0; i < n; ++i) {
-          for (int l = 0; l < lanes; ++l) query_scores[(head0 + l) * a.num_entries + present[i]] = acc[i][l] * a.scale;
+        float* head_scores = query_scores + head0 * a.num_entries;  // [lanes][entries]
+        if (n == kScoreRows && present[kScoreRows - 1] - present[0] == kScoreRows - 1) {
+          // 8 adjacent entries: per 8 heads, the [8 rows][8 heads] block transposed in registers and stored as
+          // 8 consecutive scores of each head.
+          const __m256 scale = _mm256_set1_ps(a.scale);
+          for (int l0 = 0; l0 < lanes; l0 += 8) {
+            __m256 block[8];
+            for (int i = 0; i < kScoreRows; ++i) block[i] = _mm256_loadu_ps(&acc[i][l0]);
+            transpose8(block);
+            for (int c = 0; c < std::min(8, lanes - l0); ++c) {
+              _mm256_storeu_ps(head_scores + (l0 + c) * a.num_entries + present[0], _mm256_mul_ps(block[c], scale));
+            }
+          }
+        } else {
+          for (int i = 0; i < n; ++i) {
+            for (int l = 0; l < lanes; ++l) head_scores[l * a.num_entries + present[i]] = acc[i][l] * a.scale;
+          }
         }
       }
     }
