@@ -286,7 +286,9 @@ void transpose_queries(const float* q, int lanes, int64_t dim, float* t) {
     }
   }
   for (int64_t d = 0; d < dim; ++d) {
-    for (int l = d < full_dims ? full_lanes : 0; l < kScoreHeads; ++l) t[d * kScoreHeads + l] = l < lanes ? q[l * dim + d] : 0.0f;
+    for (int l = d < full_dims ? full_lanes : 0; l < kScoreHeads; ++l) {
+      t[d * kScoreHeads + l] = l < lanes ? q[l * dim + d] : 0.0f;
+    }
   }
 }
 
@@ -428,12 +430,13 @@ void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t
 }
 
 // Per chunk of queries, first the bounds of every listed row (products_exact: where the phases may fuse), in a
-// parallel pass over the rows. Then, where the (query, group of 32 heads) items keep every thread busy: one parallel pass over
-// them; query by query, a range of items scores its heads, then runs their softmax and P·V (groups of 8 heads) on
-// the scores it just wrote, so no barrier separates the phases and the scores stay in the cache of the thread
-// that made them (one decode query on 2 threads: ~13% faster than two passes). With more threads than those
-// items (one decode query on a big machine), two passes: scores over the items, then softmax and P·V over (query,
-// group of 8 heads), 4x the items. The chunk bounds the score buffer [chunk, heads, num_entries] to about 4 MB.
+// parallel pass over the rows. Then, where the (query, group of 32 heads) items keep every thread busy: one
+// parallel pass over them; query by query, a range of items scores its heads, then runs their softmax and P·V
+// (groups of 8 heads) on the scores it just wrote, so no barrier separates the phases and the scores stay in the
+// cache of the thread that made them (one decode query on 2 threads: ~13% faster than two passes). With more
+// threads than those items (one decode query on a big machine), two passes: scores over the items, then softmax
+// and P·V over (query, group of 8 heads), 4x the items. The chunk bounds the score buffer [chunk, heads,
+// num_entries] to about 4 MB.
 void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPool* pool) {
   constexpr int64_t kScoreBudget = int64_t{1} << 20;  // floats
   const int64_t score_groups_per_query = (a.heads + kScoreHeads - 1) / kScoreHeads;
