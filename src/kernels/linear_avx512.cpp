@@ -434,16 +434,16 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
             next_lines[total_lines++] = g.w + t * kTile * row_bytes + (next_b0 * kBlockLines + l) * 64;
       }
       const int calls = static_cast<int>((g.rows + kRowTile - 1) / kRowTile);
-      int lines_done = 0, call = 0;
+      int lines_done = 0, calls_started = 0;
       ChunkPrefetch prefetch;
       int64_t r = 0;
       auto run = [&]<int RT>() DSFLASH_AVX512 {
-        const int end = total_lines * (call + 1) / calls;  // this call's share
+        const int end = total_lines * (calls_started + 1) / calls;  // this call's share
         prefetch.lines = next_lines + lines_done;
         prefetch.count = end - lines_done;
         prefetch.per_block = (prefetch.count + nb - 1) / nb;
         lines_done = end;
-        ++call;
+        ++calls_started;
         const uint8_t* sa = g.act_scales + r * g.kb + b0;
         float* y = g.y + r * g.out + o0;
         auto with_act = [&]<BlockScales kScales>(const auto* act) DSFLASH_AVX512 {

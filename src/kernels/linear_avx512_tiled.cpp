@@ -68,7 +68,7 @@ DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int16
 namespace {
 
 // NT tiles' partials of blocks [b, b + NB) for one row from g.act_ints (every block exact): per 64-byte vector, the
-// 4 pair vectors of W (vpermw as tiled_pairs, on the integer table) times the broadcast N pairs, summed in int32
+// 4 pair vectors of W (tiled_pairs on the integer table) times the broadcast N pairs, summed in int32
 // (exactly, so in any order), then times the block's unit.
 template <int NB, int NT>
 DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* w, int64_t tile_bytes, int64_t b,
@@ -83,12 +83,12 @@ DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* 
       for (int t = 0; t < NT; ++t) {
         const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
         _mm_prefetch(reinterpret_cast<const char*>(vector + kTiledPrefetchBytes), _MM_HINT_T0);
-        const __m512i raw = _mm512_loadu_si512(vector);
+        __m512i weights[4];
+        tiled_pairs<true>(vector, &int_table, weights);
         for (int q = 0; q < 4; ++q) {
-          const __m512i weights = _mm512_permutexvar_epi16(q == 0 ? raw : _mm512_srli_epi16(raw, 4 * q), int_table);
           int32_t pair;
           std::memcpy(&pair, a + 2 * q, 4);
-          sum[n][t] = _mm512_dpwssd_epi32(sum[n][t], weights, _mm512_set1_epi32(pair));
+          sum[n][t] = _mm512_dpwssd_epi32(sum[n][t], weights[q], _mm512_set1_epi32(pair));
         }
       }
     }
