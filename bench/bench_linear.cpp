@@ -84,11 +84,12 @@ void fill_random(uint8_t* p, size_t n, uint64_t seed, uint8_t and_mask) {
   for (; i < n; ++i) p[i] = static_cast<uint8_t>(next_random(s) & and_mask);
 }
 
-// One weight copy: its bytes (codes or bf16) in huge-page memory, as the engine holds its rewritten weights
-// (core/huge_page_buffer.h; the plain read below reads the same kind of memory), and its scales.
+// One weight copy in huge-page memory, as the engine holds its rewritten weights (core/huge_page_buffer.h; the plain
+// read below reads the same bytes): its codes (or bf16 values), then its scales from the next cache line on, as the
+// engine places an MXFP4 weight's scales after its codes.
 struct WeightCopy {
   HugePageBuffer data;
-  std::vector<uint8_t> scales;
+  uint8_t* scales = nullptr;
 };
 
 HugePageBuffer huge_bytes(int64_t n) {
@@ -145,17 +146,19 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
     } else {
       const bool fp8 = shape.format != Format::kFp4;
       const int64_t n = fp8 ? shape.out * shape.in : shape.out * shape.in / 2;
-      w[c].data = huge_bytes(n);
-      fill_random(w[c].data.data(), w[c].data.size(), 1000 + c, fp8 ? 0x77 : 0xff);
       const int64_t ns = fp8 ? ((shape.out + 31) / 32) * (shape.in / 32) : shape.out * (shape.in / 32);
-      w[c].scales.assign(static_cast<size_t>(ns), 120);
+      const int64_t scales_at = (n + 63) / 64 * 64;
+      w[c].data = huge_bytes(scales_at + ns);
+      fill_random(w[c].data.data(), static_cast<size_t>(n), 1000 + c, fp8 ? 0x77 : 0xff);
+      w[c].scales = w[c].data.data() + scales_at;
+      std::fill_n(w[c].scales, ns, uint8_t{120});
       if (tile_major) {
         const std::vector<uint8_t> row_major(w[c].data.data(), w[c].data.data() + n);
         if (fp8) repack_fp8_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data());
         else {
           repack_fp4_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data());
-          const std::vector<uint8_t> scales = w[c].scales;  // all equal here, moved anyway as the engine does
-          repack_fp4_scales_tile_major(scales.data(), shape.out, shape.in, w[c].scales.data());
+          const std::vector<uint8_t> scales(w[c].scales, w[c].scales + ns);  // all equal here, moved anyway as the engine does
+          repack_fp4_scales_tile_major(scales.data(), shape.out, shape.in, w[c].scales);
         }
       }
     }
@@ -183,16 +186,16 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   auto call = [&](const WeightCopy& wc) {
     switch (shape.format) {
       case Format::kFp8:
-        kernels->fp8_gemm(x, Fp8Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in, tile_major}, y.data(),
+        kernels->fp8_gemm(x, Fp8Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major}, y.data(),
                           &pool);
         break;
       case Format::kFp4:
-        kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in, tile_major}, y.data(),
+        kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major}, y.data(),
                           &pool);
         break;
       case Format::kFp8AsBf16:
         kernels->fp8_as_bf16_gemm(x_f32.data(), rows,
-                                  Fp8Weight{wc.data.data(), wc.scales.data(), shape.out, shape.in, tile_major},
+                                  Fp8Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major},
                                   y.data(), &pool);
         break;
       case Format::kBf16:
