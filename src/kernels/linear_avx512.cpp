@@ -51,7 +51,8 @@ const Avx512Tables& avx512_tables() {
       const uint32_t bits = static_cast<uint32_t>(t.e2m1_bf16[c]) << 16;
       std::memcpy(&a.fp4_f32[c], &bits, 4);
     }
-    for (int c = 0; c < 32; ++c) a.fp4_int[c] = static_cast<int16_t>(2.0f * t.e2m1_f32[c % 16]);
+    for (int c = 0; c < 64; ++c)
+      a.fp4_biased[c] = static_cast<uint8_t>(static_cast<int>(2.0f * t.e2m1_f32[c % 16]) + kExactFp4WeightBias);
     // Y_s word 8*m + r (lane m, r = 0..7) <- output t = r % 4 of the 4 (two per source register, 16 code
     // pairs each), code pair j = 8s + 2m + r / 4.
     for (int s = 0; s < 2; ++s)
@@ -604,10 +605,12 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     const NaturalActivations natural = natural_activations(false);  // (sets the activation scales too)
     if (kFp4 && x.rows == 1 && x.codes != nullptr) {
       // One MXFP4 row: through integers wherever that is exact (prepare_exact_fp4_row), the bf16 pairs elsewhere.
-      const std::span<int16_t> ints = scratch.take<int16_t>(static_cast<size_t>(in));
+      const std::span<int8_t> pieces = scratch.take<int8_t>(static_cast<size_t>(2 * in));
+      const std::span<int32_t> biases = scratch.take<int32_t>(static_cast<size_t>(g.kb));
       const std::span<float> units = scratch.take<float>(static_cast<size_t>(g.kb));
-      prepare_exact_fp4_row(x.codes->codes, in, ints.data(), units.data());
-      g.act_ints = ints.data();
+      prepare_exact_fp4_row(x.codes->codes, in, pieces.data(), biases.data(), units.data());
+      g.exact_pieces = pieces.data();
+      g.exact_biases = biases.data();
       g.exact_units = units.data();
     }
     if (fma && x.codes == nullptr) {

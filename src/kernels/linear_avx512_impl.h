@@ -25,6 +25,10 @@ constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
 static_assert(kTile == kTileMajorOutputs);
 constexpr int64_t kGroupBytes = 64;  // row-major paths: one zmm of an output's bytes
 
+// The one-row MXFP4 integer decode's weights W = 2 * e2m1 in [-12, 12] enter vpdpbusd as unsigned W + 12
+// (prepare_exact_fp4_row).
+constexpr int kExactFp4WeightBias = 12;
+
 // bf16 bits of the e4m3 magnitudes 0..127 split into low and high bytes (vpermt2b looks up 128 entries);
 // the sign bit is ORed into the high byte. bf16 bits of the 16 e2m1 codes for vpermw.
 struct Avx512Tables {
@@ -32,7 +36,7 @@ struct Avx512Tables {
   alignas(64) uint8_t fp8_hi[128];
   alignas(64) uint16_t fp4[32];
   alignas(64) float fp4_f32[16];  // the e2m1 values as fp32, for vpermps
-  alignas(64) int16_t fp4_int[32];  // twice the e2m1 values, integers in [-12, 12], for vpermw (one-row decode)
+  alignas(64) uint8_t fp4_biased[64];  // 2 * e2m1 + kExactFp4WeightBias of code c % 16, for vpermb (one-row decode)
   // Multi-row transposition (see convert_block_fp8 / convert_block_fp4).
   alignas(64) uint16_t fp8_gather[2][32];  // vpermt2w: 4 outputs x 8 code pairs per 128-bit lane
   alignas(64) uint8_t interleave[2][64];   // vpermt2b: (lo, hi) bytes of codes 0-31 / 32-63 -> bf16 words
@@ -53,9 +57,11 @@ struct GemmArgs {
   // FMAs (RowsMultiply::kFp32Fma); nullptr: vdpbf16ps on act.
   const float* act_f32 = nullptr;
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
-  // One MXFP4 row (tile-major decode) as integers where that is exact (prepare_exact_fp4_row): act_ints [in]
-  // int16, exact_units [kb] the value of one integer product unit per block, 0 where the block needs the bf16 path.
-  const int16_t* act_ints = nullptr;
+  // One MXFP4 row (tile-major decode) as integers where that is exact (prepare_exact_fp4_row): exact_pieces
+  // [in / 8, 16] the activations' integer bytes, exact_biases [kb] int32, exact_units [kb] the value of one integer
+  // product unit per block, 0 where the block needs the bf16 path.
+  const int8_t* exact_pieces = nullptr;
+  const int32_t* exact_biases = nullptr;
   const float* exact_units = nullptr;
   // Every act_scales code is 127 (1.0): the activations carry their scales (prepare_activation_bf16) or have none.
   // rows_chunk then skips the exact multiply by 1.0 (an optimisation only; the bits are the same).

@@ -23,18 +23,31 @@ constexpr int64_t kTiledPrefetchBytes = 4096;
 }  // namespace
 
 // ---- Exact integer MXFP4 decode (one row) ----
-// vdpbf16ps takes ~2.1 cycles here and vpdpwssd ~1.4 (one core: 15 GB/s of MXFP4 weights with the first, 26 with
-// the second, registers only), so a row's blocks go through integers wherever that gives the same bits.
+// vdpbf16ps takes ~2.1 cycles here; vpdpbusd (64 byte products into 16 int32) issues two per cycle. Per 64 bytes of
+// weights the integer path below takes 1 shift, 2 vpermb and 4 vpdpbusd (~25 GB/s -> ~45 GB/s of weights on one
+// core in L1 against the int16 pairs' 3 shifts, 4 vpermw and 4 vpdpwssd), so a row's blocks go through integers
+// wherever that gives the same bits.
 // Activation a = N * 2^(s-10) with N an integer: an e4m3 value is sig * 2^(e'-10) (sig = 8 + mantissa and e' = the
 // exponent field for normals, sig = mantissa and e' = 1 for subnormals), and s = the smallest e' of the block's
 // nonzero values. Weight w = W / 2 with W = 2 * e2m1 in [-12, 12]. A block's sum of a * w is then
-// (Σ N * W) * 2^(s-11), Σ N * W an exact int32 (vpdpwssd). Where every |N| < 2^15 (int16), every partial sum of
-// any order is a multiple of 2^(s-11) below 32 * 12 * 2^15 < 2^24 of them, so the vdpbf16ps chain is exact at each
-// step (and never subnormal: 2^(s-11) >= 2^-10) and gives (Σ N * W) * 2^(s-11) too: the same bits, whatever the
-// weights. Other blocks (NaN codes; magnitudes spanning more than 2^11 in steps, a few in a hundred for act_quant'ed
-// activations) keep the bf16 path.
-DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int16_t* ints, float* units) {
+// (Σ N * W) * 2^(s-11), Σ N * W an exact int32. Where every |N| < 2^15, every partial sum of any order is a multiple
+// of 2^(s-11) below 32 * 12 * 2^15 < 2^24 of them, so the vdpbf16ps chain is exact at each step (and never
+// subnormal: 2^(s-11) >= 2^-10) and gives (Σ N * W) * 2^(s-11) too: the same bits, whatever the weights. Other
+// blocks (NaN codes; magnitudes spanning more than 2^11 in steps, a few in a hundred for act_quant'ed activations)
+// keep the bf16 path.
+// vpdpbusd multiplies unsigned by signed bytes, so the weights enter as W + 12 in [0, 24] and N as two signed bytes,
+// N = 256 * high + low with low in [-128, 127] (high is then in [-128, 127] too: N <= 15 << 11 = 30720):
+// Σ N * W = 256 * Σ (W + 12) * high + Σ (W + 12) * low - 12 * Σ N, every term far inside int32.
+DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int8_t* pieces, int32_t* biases,
+                                          float* units) {
   const __m512i magnitude_bits = _mm512_set1_epi32(0x7f), mantissa_bits = _mm512_set1_epi32(7);
+  // Bytes [low | high] of 16 N (k order) -> per 8 k: low, then high, each in the tiled lanes' k order 0 4 1 5 2 6 3 7.
+  alignas(32) uint8_t order[32];
+  for (int j = 0; j < 32; ++j) {
+    const int in_lane = (j % 8) / 2 + 4 * (j % 2);  // 0 4 1 5 2 6 3 7
+    order[j] = static_cast<uint8_t>(16 * ((j % 16) / 8) + 8 * (j / 16) + in_lane);
+  }
+  const __m256i piece_order = _mm256_load_si256(reinterpret_cast<const __m256i*>(order));
   for (int64_t b = 0; b < k / 32; ++b) {
     __m512i code[2], sig[2], step[2];
     bool nan = false;
@@ -52,49 +65,62 @@ DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int16
       if (nonzero != 0) smallest = std::min(smallest, _mm512_mask_reduce_min_epi32(nonzero, step[h]));
     }
     if (smallest == 16) smallest = 1;  // all zero: any unit
-    int largest = 0;
+    int largest = 0, sum = 0;
     for (int h = 0; h < 2; ++h) {
       // Zero codes have sig 0; a negative shift count (a zero's e' of 1 below s) shifts everything out too.
-      const __m512i n = _mm512_sllv_epi32(sig[h], _mm512_sub_epi32(step[h], _mm512_set1_epi32(smallest)));
+      __m512i n = _mm512_sllv_epi32(sig[h], _mm512_sub_epi32(step[h], _mm512_set1_epi32(smallest)));
       largest = std::max(largest, _mm512_reduce_max_epi32(n));
-      const __mmask16 negative = _mm512_test_epi32_mask(code[h], _mm512_set1_epi32(0x80));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ints + 32 * b + 16 * h),
-                          _mm512_cvtepi32_epi16(_mm512_mask_sub_epi32(n, negative, _mm512_setzero_si512(), n)));
+      n = _mm512_mask_sub_epi32(n, _mm512_test_epi32_mask(code[h], _mm512_set1_epi32(0x80)), _mm512_setzero_si512(), n);
+      sum += _mm512_reduce_add_epi32(n);
+      const __m512i low = _mm512_sub_epi32(
+          _mm512_and_si512(_mm512_add_epi32(n, _mm512_set1_epi32(128)), _mm512_set1_epi32(0xff)), _mm512_set1_epi32(128));
+      const __m512i high = _mm512_srai_epi32(_mm512_sub_epi32(n, low), 8);
+      const __m256i bytes = _mm256_set_m128i(_mm512_cvtepi32_epi8(high), _mm512_cvtepi32_epi8(low));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pieces + 64 * b + 32 * h),
+                          _mm256_permutexvar_epi8(piece_order, bytes));
     }
+    biases[b] = -kExactFp4WeightBias * sum;
     units[b] = !nan && largest < (1 << 15) ? std::ldexp(1.0f, smallest - 11) : 0.0f;
   }
 }
 
 namespace {
 
-// NT tiles' partials of blocks [b, b + NB) for one row from g.act_ints (every block exact): per 64-byte vector, the
-// 4 pair vectors of W (tiled_pairs on the integer table) times the broadcast N pairs, summed in int32
-// (exactly, so in any order), then times the block's unit.
+// NT tiles' partials of blocks [b, b + NB) for one row from g.exact_pieces (every block exact; see
+// prepare_exact_fp4_row). Per 64-byte vector (8 k of 16 outputs): vpermb on the bytes and on the bytes shifted
+// right by 4 gives W + 12 of the low and the high nibbles (dword lane i = output i's k 0 4 1 5 and 2 6 3 7 of
+// the vector), each multiplied by the broadcast low and high bytes of N in that order. Sums of integers, exact in
+// any order.
 template <int NB, int NT>
 DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* w, int64_t tile_bytes, int64_t b,
-                                              __m512i int_table, __m512 (&partial)[NB][1][NT]) {
+                                              int64_t prefetch_bytes, __m512i biased_table,
+                                              __m512 (&partial)[NB][1][NT]) {
   constexpr int64_t kBlockBytes = kTiledVectors<true> * kTileMajorVectorBytes;
-  __m512i sum[NB][NT];
-  for (int n = 0; n < NB; ++n)
-    for (int t = 0; t < NT; ++t) sum[n][t] = _mm512_setzero_si512();
-  for (int n = 0; n < NB; ++n)
+  for (int n = 0; n < NB; ++n) {
+    __m512i low[NT], high[NT];
+    for (int t = 0; t < NT; ++t) {
+      low[t] = _mm512_set1_epi32(g.exact_biases[b + n]);
+      high[t] = _mm512_setzero_si512();
+    }
     for (int v = 0; v < kTiledVectors<true>; ++v) {
-      const int16_t* a = g.act_ints + 32 * (b + n) + 8 * v;  // pairs 4v..4v+3
+      int32_t piece[4];  // low bytes of k 0 4 1 5, of k 2 6 3 7, then the high bytes
+      std::memcpy(piece, g.exact_pieces + 16 * (kTiledVectors<true> * (b + n) + v), 16);
       for (int t = 0; t < NT; ++t) {
         const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
-        _mm_prefetch(reinterpret_cast<const char*>(vector + kTiledPrefetchBytes), _MM_HINT_T0);
-        __m512i weights[4];
-        tiled_pairs<true>(vector, &int_table, weights);
-        for (int q = 0; q < 4; ++q) {
-          int32_t pair;
-          std::memcpy(&pair, a + 2 * q, 4);
-          sum[n][t] = _mm512_dpwssd_epi32(sum[n][t], weights[q], _mm512_set1_epi32(pair));
-        }
+        _mm_prefetch(reinterpret_cast<const char*>(vector + prefetch_bytes), _MM_HINT_T0);
+        const __m512i raw = _mm512_loadu_si512(vector);
+        const __m512i first = _mm512_permutexvar_epi8(raw, biased_table);
+        const __m512i second = _mm512_permutexvar_epi8(_mm512_srli_epi16(raw, 4), biased_table);
+        low[t] = _mm512_dpbusd_epi32(low[t], first, _mm512_set1_epi32(piece[0]));
+        low[t] = _mm512_dpbusd_epi32(low[t], second, _mm512_set1_epi32(piece[1]));
+        high[t] = _mm512_dpbusd_epi32(high[t], first, _mm512_set1_epi32(piece[2]));
+        high[t] = _mm512_dpbusd_epi32(high[t], second, _mm512_set1_epi32(piece[3]));
       }
     }
-  for (int n = 0; n < NB; ++n)
     for (int t = 0; t < NT; ++t)
-      partial[n][0][t] = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[n][t]), _mm512_set1_ps(g.exact_units[b + n]));
+      partial[n][0][t] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(high[t], 8), low[t])),
+                                       _mm512_set1_ps(g.exact_units[b + n]));
+  }
 }
 
 // NT (1, 2 or 4) adjacent tiles from `tile` on, all of K, for R rows of plain bf16 activations (g.act [R, in]).
@@ -117,17 +143,23 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
   __m512i tables[4];
   load_tiled_tables<kFp4>(tables);
   const __m512 fp4_f32 = _mm512_load_ps(avx512_tables().fp4_f32);
-  const __m512i int_table = _mm512_load_si512(avx512_tables().fp4_int);
+  const __m512i biased_table = _mm512_load_si512(avx512_tables().fp4_biased);
   const int64_t tile_bytes = kTile * (kFp4 ? g.in / 2 : g.in);
   const uint8_t* w = g.w + tile * tile_bytes;
-  if constexpr (kFp4)  // the next call's
-    for (int t = 0; t < NT; ++t) prefetch_fp4_scales(g, tile + NT + t);
   __m512 y[R][NT];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) y[r][t] = _mm512_setzero_ps();
   alignas(64) float sw[NT][kTiledScaleBlocks][kTile];
   for (int64_t b0 = 0; b0 < g.kb; b0 += kTiledScaleBlocks) {
     const int64_t b1 = std::min<int64_t>(g.kb, b0 + kTiledScaleBlocks);
+    if constexpr (kFp4)  // the scales of the next chunk, or of the next call's first one: 16 bytes per block
+      for (int t = 0; t < NT; ++t) {
+        const int64_t next_tile = b1 < g.kb ? tile + t : tile + NT + t, next_b = b1 < g.kb ? b1 : 0;
+        if (next_tile * kTile >= g.out) continue;
+        const uint8_t* next = g.w_scales + next_tile * kTile * g.kb + kTile * next_b;
+        for (int64_t off = 0; off < kTile * std::min<int64_t>(kTiledScaleBlocks, g.kb - next_b); off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
+      }
     for (int t = 0; t < NT; ++t) {
       const int64_t o0 = (tile + t) * kTile;
       if constexpr (kFp4) {
@@ -140,6 +172,10 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
     // NB blocks at a time: their chains are independent, so NB x NT x R of them are in flight (one chain alone
     // would wait ~6 cycles per pair on the previous vdpbf16ps).
     auto blocks = [&]<int NB>(int64_t b) DSFLASH_AVX512 {
+      // In a tile's last kTiledPrefetchBytes, each stream prefetches the start of the tile it reads next (NT tiles
+      // on, the next call's), so that the next call's streams do not start cold.
+      const int64_t prefetch_bytes = kTiledPrefetchBytes + (b * kBlockBytes + kTiledPrefetchBytes < tile_bytes
+                                                                ? 0 : (NT - 1) * tile_bytes);
       __m512 acc[NB][R][NT];
       for (int n = 0; n < NB; ++n)
         for (int r = 0; r < R; ++r)
@@ -148,7 +184,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       if constexpr (kFp4 && R == 1 && !kFma) {
         exact = g.exact_units != nullptr;
         for (int n = 0; n < NB && exact; ++n) exact = g.exact_units[b + n] != 0.0f;
-        if (exact) exact_fp4_partials<NB, NT>(g, w, tile_bytes, b, int_table, acc);
+        if (exact) exact_fp4_partials<NB, NT>(g, w, tile_bytes, b, prefetch_bytes, biased_table, acc);
       }
       // FMA: vector by vector across the NB blocks, so that consecutive FMAs feed different chains (each waits
       // ~4 cycles on its previous one, 2 * kPairs times per vector).
@@ -159,7 +195,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
             __m512i src[NT][kFp4 ? 1 : kPairs];
             for (int t = 0; t < NT; ++t) {
               const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
-              _mm_prefetch(reinterpret_cast<const char*>(vector + kTiledPrefetchBytes), _MM_HINT_T0);
+              _mm_prefetch(reinterpret_cast<const char*>(vector + prefetch_bytes), _MM_HINT_T0);
               if constexpr (kFp4) src[t][0] = _mm512_loadu_si512(vector);
               else tiled_pairs<false>(vector, tables, src[t]);
             }
@@ -193,7 +229,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
             __m512i pairs[NT][kPairs];
             for (int t = 0; t < NT; ++t) {
               const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
-              _mm_prefetch(reinterpret_cast<const char*>(vector + kTiledPrefetchBytes), _MM_HINT_T0);
+              _mm_prefetch(reinterpret_cast<const char*>(vector + prefetch_bytes), _MM_HINT_T0);
               tiled_pairs<kFp4>(vector, tables, pairs[t]);
             }
             for (int p = 0; p < kPairs; ++p)

@@ -25,10 +25,12 @@ const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply);  // "avx
 RowsMultiply fastest_rows_multiply();
 const LinearKernels* avx512_kernels();
 // The AVX-512 tables' one-row MXFP4 decode multiplies blocks in integers where that gives the bits of the bf16
-// chain (linear_avx512_tiled.cpp): e4m3 codes [k] -> ints [k] (a = ints * units * 2) and units [k/32]
-// (a power of two per block, 0 where the block keeps the bf16 path: NaN codes, or an int16 would not hold it).
-// Only where avx512_kernels() is not nullptr.
-void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int16_t* ints, float* units);
+// chain (linear_avx512_tiled.cpp): e4m3 codes [k] -> the integers N (a = N * units * 2) as two signed bytes,
+// N = 256 * high + low with low in [-128, 127], in pieces [k / 8, 16]: per 8 k (k0 + 0..7), the low bytes of
+// k0 + 0 4 1 5 2 6 3 7, then the high bytes in that order; biases [k/32] int32 = -12 * (Σ N of the block); units [k/32]
+// (a power of two per block, 0 where the block keeps the bf16 path: NaN codes, or |N| >= 2^15; pieces and biases
+// are then unspecified). Only where avx512_kernels() is not nullptr.
+void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int8_t* pieces, int32_t* biases, float* units);
 // The AVX-512 table with the FP8 / MXFP4 GEMMs on AMX-BF16 tiles (Sapphire Rapids and later, where the OS grants
 // tile data). nullptr when absent.
 const LinearKernels* amx_kernels();

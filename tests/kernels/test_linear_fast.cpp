@@ -539,7 +539,8 @@ TEST(LinearFast, Avx512AddsEachPairOddThenEven) {
 }
 
 // The one-row MXFP4 decode's integer activations (linear_impl::prepare_exact_fp4_row): every code's value is
-// ints * units * 2, and a block keeps the bf16 path (unit 0) exactly where a NaN or an int16 overflow forbids them.
+// N * units * 2 with N = 256 * high + low read from the pieces in their documented order, the bias is -12 * Σ N of
+// the block, and a block keeps the bf16 path (unit 0) exactly where a NaN or an int16 overflow forbids the integers.
 TEST(LinearFast, ExactFp4RowIntegersHoldTheCodesValues) {
   if (linear_impl::avx512_kernels() == nullptr) GTEST_SKIP() << "no AVX-512 on this CPU";
   struct Case {
@@ -569,17 +570,23 @@ TEST(LinearFast, ExactFp4RowIntegersHoldTheCodesValues) {
     expected.push_back(true);
   }
   const int64_t k = static_cast<int64_t>(codes.size());
-  std::vector<int16_t> ints(codes.size(), -1);
+  std::vector<int8_t> pieces(2 * codes.size(), -1);
+  std::vector<int32_t> biases(expected.size(), -1);
   std::vector<float> units(expected.size(), -1.0f);
-  linear_impl::prepare_exact_fp4_row(codes.data(), k, ints.data(), units.data());
+  linear_impl::prepare_exact_fp4_row(codes.data(), k, pieces.data(), biases.data(), units.data());
+  constexpr int kPosition[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // of k0 + m in the order 0 4 1 5 2 6 3 7
   for (size_t b = 0; b < expected.size(); ++b) {
     ASSERT_EQ(units[b] != 0.0f, expected[b]) << "block " << b;
     if (!expected[b]) continue;
+    int32_t sum = 0;
     for (int i = 0; i < 32; ++i) {
       const uint8_t code = codes[32 * b + i];
-      ASSERT_EQ(static_cast<float>(ints[32 * b + i]) * units[b] * 2.0f, e4m3_to_f32(code))
-          << "block " << b << " code " << int{code};
+      const int8_t* group = pieces.data() + 16 * (4 * b + i / 8);
+      const int32_t n = 256 * group[8 + kPosition[i % 8]] + group[kPosition[i % 8]];
+      ASSERT_EQ(static_cast<float>(n) * units[b] * 2.0f, e4m3_to_f32(code)) << "block " << b << " code " << int{code};
+      sum += n;
     }
+    ASSERT_EQ(biases[b], -12 * sum) << "block " << b;
   }
 }
 
@@ -622,9 +629,10 @@ TEST(LinearFast, Fp4RowThroughIntegersGivesTheBatchedBits) {
         x.scales.resize(static_cast<size_t>(2 * kb));
         for (auto& c : x.scales) c = static_cast<uint8_t>(118 + rng() % 16);
         std::copy_n(x.scales.begin(), kb, x.scales.begin() + kb);
-        std::vector<int16_t> ints(static_cast<size_t>(s.in));
+        std::vector<int8_t> pieces(static_cast<size_t>(2 * s.in));
+        std::vector<int32_t> biases(static_cast<size_t>(kb));
         std::vector<float> units(static_cast<size_t>(kb));
-        linear_impl::prepare_exact_fp4_row(row.data(), s.in, ints.data(), units.data());
+        linear_impl::prepare_exact_fp4_row(row.data(), s.in, pieces.data(), biases.data(), units.data());
         int exact_blocks = 0, mixed_groups = 0;
         for (int64_t b = 0; b < kb; ++b) {
           exact_blocks += units[static_cast<size_t>(b)] != 0.0f;
