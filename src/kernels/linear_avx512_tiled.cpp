@@ -17,8 +17,10 @@ namespace {
 constexpr int kTiledScaleBlocks = 32;  // weight scales are read 32 blocks at a time
 // Software prefetch distance along each tile's stream. The out-of-order window alone reaches ~2 KB ahead at ~15
 // instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs. Of 0-16 KB tried
-// (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower and 1-16 KB were within the noise.
-constexpr int64_t kTiledPrefetchBytes = 4096;
+// (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower. Once the streams also prefetched across
+// calls (see tiled_decode), 2 and 3 KB beat 4 KB (vs_read, alternated 6x: wo_b 0.94 -> 0.98, wq_b 0.90 -> 0.93,
+// w1 0.87 -> 0.90, w2 the same), 1 KB was mixed and 8 KB slower by 5-10%.
+constexpr int64_t kTiledPrefetchBytes = 2048;
 
 }  // namespace
 
