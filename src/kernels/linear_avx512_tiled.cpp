@@ -252,7 +252,21 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
     };
     constexpr int kBlocksAtOnce = R == 1 ? 4 : R == 2 ? 2 : 1;
     int64_t b = b0;
-    for (; b + kBlocksAtOnce <= b1; b += kBlocksAtOnce) blocks.template operator()<kBlocksAtOnce>(b);
+    for (; b + kBlocksAtOnce <= b1; b += kBlocksAtOnce) {
+      // One MXFP4 row: a group that mixes exact blocks with others goes block by block, so that its exact ones
+      // still take the integers (the partials reach y in K order either way).
+      bool mixed = false;
+      if constexpr (kFp4 && R == 1 && !kFma)
+        if (g.exact_units != nullptr) {
+          int exact = 0;
+          for (int n = 0; n < kBlocksAtOnce; ++n) exact += g.exact_units[b + n] != 0.0f;
+          mixed = exact > 0 && exact < kBlocksAtOnce;
+        }
+      if (mixed)
+        for (int n = 0; n < kBlocksAtOnce; ++n) blocks.template operator()<1>(b + n);
+      else
+        blocks.template operator()<kBlocksAtOnce>(b);
+    }
     for (; b < b1; ++b) blocks.template operator()<1>(b);
   }
   for (int r = 0; r < R; ++r)

@@ -592,7 +592,7 @@ TEST(LinearFast, ExactFp4RowIntegersHoldTheCodesValues) {
 
 // One MXFP4 row through integers gives the bits of the bf16 chain, the same row runs with in a batch (2 rows: the
 // FMA or vdpbf16ps chains, never integers), on blocks of every kind: exact ones, ones just past the int16 limit,
-// NaNs, zeros, and groups of four blocks that mix them (the integer path takes whole groups). Inexact sums occur
+// NaNs, zeros, and groups of four blocks that mix them (such a group goes block by block). Inexact sums occur
 // in the blocks past the limit, so a wrong choice would show.
 TEST(LinearFast, Fp4RowThroughIntegersGivesTheBatchedBits) {
   if (linear_impl::avx512_kernels() == nullptr) GTEST_SKIP() << "no AVX-512 on this CPU";
