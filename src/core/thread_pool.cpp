@@ -87,11 +87,13 @@ void ThreadPool::run_chunks(int index) {
     for (int k = 0; k < num_nodes(); ++k) run_share(node_shares_[static_cast<size_t>(k)]);
 }
 
-void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) { run_job(n, fn, grain, false); }
+void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) { run_job(n, fn, grain, false, kChunksPerThread); }
 
-void ThreadPool::parallel_for_nodes(int64_t n, RangeFn fn, int64_t grain) { run_job(n, fn, grain, num_nodes() > 1); }
+void ThreadPool::parallel_for_nodes(int64_t n, RangeFn fn, int64_t grain, int chunks_per_thread) {
+  run_job(n, fn, grain, num_nodes() > 1, chunks_per_thread);
+}
 
-void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node) {
+void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node, int chunks_per_thread) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t grains = (n + grain - 1) / grain;
@@ -107,7 +109,8 @@ void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node) {
     return;
   }
   // Node k's grains [begin, end) in proportion to its threads (node_row_ranges' split); one share when not by node.
-  // A few chunks per thread: enough to rebalance when one thread runs late, few enough to stay cheap.
+  // chunks_per_thread chunks per thread (a few by default: enough to rebalance when one thread runs late, few
+  // enough to stay cheap).
   const int shares = by_node ? num_nodes() : 1;
   for (int k = 0; k < shares; ++k) {
     const int first = by_node ? node_first_thread_[static_cast<size_t>(k)] : 0;
@@ -117,7 +120,7 @@ void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node) {
     share.begin = range.begin;
     share.end = range.end;
     const int64_t share_grains = range.end - range.begin;
-    const int64_t target_chunks = std::max<int64_t>(1, std::min<int64_t>(share_grains, 4 * (last - first)));
+    const int64_t target_chunks = std::max<int64_t>(1, std::min<int64_t>(share_grains, std::max(1, chunks_per_thread) * (last - first)));
     share.chunk_grains = std::max<int64_t>(1, (share_grains + target_chunks - 1) / target_chunks);
     share.chunks = (share_grains + share.chunk_grains - 1) / share.chunk_grains;
     share.next_chunk.store(0, std::memory_order_relaxed);

@@ -43,7 +43,10 @@ class ThreadPool {
   // range. The same n and grain always give a node the same range, so the load-time copy of a weight's rows
   // (whose writes place the pages: first touch) and the kernels that read them every step split alike, and each
   // node reads its own memory. One node: parallel_for.
-  void parallel_for_nodes(int64_t n, RangeFn fn, int64_t grain = 1);
+  // chunks_per_thread: how finely each share is cut for its threads to claim. Several per thread rebalance a thread
+  // that runs late; one keeps each thread's reads one contiguous stream, which memory-bound decode kernels want.
+  void parallel_for_nodes(int64_t n, RangeFn fn, int64_t grain = 1, int chunks_per_thread = kChunksPerThread);
+  static constexpr int kChunksPerThread = 4;
   int num_nodes() const { return static_cast<int>(node_first_thread_.size()) - 1; }
   // [num_nodes() + 1]: node k owns threads [node_first_thread()[k], node_first_thread()[k + 1]).
   const std::vector<int>& node_first_thread() const { return node_first_thread_; }
@@ -57,7 +60,7 @@ class ThreadPool {
   void worker_loop(int index);
   void run_chunks(int index);
   // Sets up and runs the current job; chunks are taken per node (one node: all threads share them).
-  void run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node);
+  void run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node, int chunks_per_thread);
 
   // Per node: its threads, and the current job's share: [begin, end) in grains' units, chunk size, next chunk.
   struct NodeShare {

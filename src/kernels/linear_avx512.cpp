@@ -562,9 +562,12 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   g.act_scales = x.scales;
   g.y = y;
   const int64_t tiles = (out + kTile - 1) / kTile;
+  // The decode paths (few rows, bound by the weight read): one contiguous range per thread, whose tile streams never
+  // restart at a chunk boundary. bench_linear rows:1 vs_read, alternated 4x: w1 0.92 -> 0.95, w2 0.94 -> 0.96 against
+  // four chunks per thread; FP8 the same.
   auto run_tiles = [&](auto tiles_fn) {
     auto body = [&](int64_t begin, int64_t end, int) { tiles_fn(g, begin, end); };
-    if (pool) pool->parallel_for_nodes(tiles, body);  // as the load-time copy split them: node-local reads
+    if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);  // as the load-time copy split them: node-local reads
     else body(0, tiles, 0);
   };
   // The paths on k-order activations. multi_row: the activation scales folded into them where that is exact

@@ -1,6 +1,7 @@
 // ThreadPool (src/core/thread_pool.h): coverage, grain alignment, thread indices, nesting, reuse.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -122,6 +123,38 @@ TEST(ThreadPool, ParallelForNodesKeepsWorkersToTheirNodesRows) {
       ASSERT_TRUE(problems.empty()) << "n " << n << ": " << problems.front();
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " index " << i;
     }
+}
+
+// chunks_per_thread cuts each node's share into that many chunks per thread (the last may be short), in grains:
+// one per thread gives each thread at most one contiguous range per node.
+TEST(ThreadPool, ParallelForNodesCutsChunksPerThread) {
+  for (const auto& [node_of_thread, chunks] :
+       std::vector<std::pair<std::vector<int>, int>>{{{0, 0}, 1}, {{0, 0}, 4}, {{0, 0, 1}, 1}, {{0, 0, 1}, 3}}) {
+    ThreadPool pool(static_cast<int>(node_of_thread.size()), {}, node_of_thread);
+    const int nodes = pool.num_nodes();
+    for (const auto& [n, grain] : std::vector<std::pair<int64_t, int64_t>>{{144, 1}, {1000, 4}, {9, 2}}) {
+      std::mutex mutex;
+      std::vector<std::pair<int64_t, int64_t>> ranges;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for_nodes(n, [&](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+        std::lock_guard<std::mutex> lock(mutex);
+        ranges.emplace_back(begin, end);
+      }, grain, chunks);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " index " << i;
+      // Node k's share is node_row_range's; its chunks are ceil(share grains / chunk count) grains each.
+      int64_t expected = 0;
+      for (int k = 0; k < nodes; ++k) {
+        const RowRange share = node_row_range((n + grain - 1) / grain, pool.node_first_thread(), k);
+        const int64_t threads = pool.node_first_thread()[static_cast<size_t>(k) + 1] - pool.node_first_thread()[static_cast<size_t>(k)];
+        const int64_t grains = share.end - share.begin;
+        const int64_t target = std::max<int64_t>(1, std::min<int64_t>(grains, chunks * threads));
+        const int64_t per = std::max<int64_t>(1, (grains + target - 1) / target);
+        expected += grains == 0 ? 0 : (grains + per - 1) / per;
+      }
+      EXPECT_EQ(static_cast<int64_t>(ranges.size()), expected) << "n " << n << " chunks " << chunks << " nodes " << nodes;
+    }
+  }
 }
 
 // A layout that is not one contiguous run per node from node 0 (or of the wrong size) means one node.
