@@ -34,7 +34,8 @@ DotPeak measure_dot_peak(ThreadPool* pool, double seconds = 0.25, PeakOps ops = 
 
 // The machine's memory read bandwidth, measured now: every thread of `pool` sums its contiguous share of a
 // `bytes`-long buffer (far larger than the caches), `passes` times, each time with every read loop the CPU runs
-// (256-bit loads, the same with a 4 KB software prefetch as the kernels use, 512-bit loads with it); the best pass
+// (256-bit loads, the same with a 4 KB software prefetch, 512-bit loads with it, with a 2 KB one, and with that over
+// four streams at once as the tile-major decode kernels read); the best pass
 // counts (other load on a shared machine only ever slows a pass; CPUs differ in which loop reads fastest). The
 // roofline of a memory-bound step is its weight bytes over this rate.
 struct ReadPeak {

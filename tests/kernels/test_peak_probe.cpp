@@ -1,11 +1,13 @@
 // The compute-peak probes: their FLOP accounting (12 chains x 64 FLOPs per vdpbf16ps, 32 / 16 per 16- / 8-lane
 // FMA, 32 / 16 per 16- / 8-lane mul + add pair, 16384 per TDPBF16PS) and a positive, finite rate on one thread and
 // on a pool (the rate itself is a measurement, never asserted); the read-bandwidth probe's byte count and a
-// positive rate.
+// positive rate; every read loop reads every word it is given.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/linear_impl.h"
 #include "kernels/peak_probe.h"
@@ -57,6 +59,20 @@ TEST(PeakProbe, ReadBandwidthCountsWholeStepsAndIsPositive) {
   const ReadPeak three = measure_read_bandwidth(&pool, 3 << 20, 1);
   EXPECT_EQ(three.bytes, 3 << 20);
   EXPECT_GT(three.gbps, 0.0);
+}
+
+// Each loop's wrapping sum equals the plain one at lengths around its 16-word steps and its four streams' parts,
+// so no word is skipped or read twice (a loop that dropped its tail would time fewer bytes than it claims).
+TEST(PeakProbe, EveryReadLoopSumsEveryWord) {
+  std::vector<uint64_t> words(4096 + 80);
+  for (size_t i = 0; i < words.size(); ++i) words[i] = (i + 1) * 0x9E3779B97F4A7C15ull;
+  const std::vector<ReadLoop> loops = read_loops();
+  ASSERT_GE(loops.size(), 2u);
+  for (const int64_t n : {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 200, 4096, 4096 + 79}) {
+    uint64_t want = 0;
+    for (int64_t i = 0; i < n; ++i) want += words[static_cast<size_t>(i)];
+    for (size_t l = 0; l < loops.size(); ++l) EXPECT_EQ(loops[l](words.data(), n), want) << "loop " << l << " words " << n;
+  }
 }
 
 }  // namespace
