@@ -128,8 +128,8 @@ DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* 
 // NT (1, 2 or 4) adjacent tiles from `tile` on, all of K, for R rows of plain bf16 activations (g.act [R, in]).
 // Each vector is decoded once for the R rows, and each activation broadcast serves the NT tiles. Per (row,
 // tile, block) one accumulator takes the 16 pairs in order, as rows_chunk does; the tiles give independent
-// chains, and the blocks' chains overlap out of order. One MXFP4 row: groups of blocks that are all exact in
-// integers (g.exact_units) take exact_fp4_partials.
+// chains, and the blocks' chains overlap out of order. One MXFP4 row: blocks exact in integers (g.exact_units)
+// take exact_fp4_partials, four at a time where a group is all exact.
 // kFma: fp32 FMAs in vdpbf16ps's order instead, on g.act_f32 [R, in] (RowsMultiply::kFp32Fma; run_block_gemm
 // checks that no product or sum can be subnormal). FP8: each bf16 pair vector splits into fp32 weights
 // (pair_as_fp32). MXFP4: vector v's dword lane i holds output i's pairs 4v..4v+3 as
