@@ -156,13 +156,15 @@ DSFLASH_AVX512 inline void prefetch_fp4_scales(const GemmArgs& g, int64_t tile) 
   const int64_t bytes = std::min<int64_t>(kTile, g.out - o0) * g.kb;
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(base + off), _MM_HINT_T0);
 }
-// FP4 tile-major scales (kernels/linear.h) of tile `tile` for blocks [b_begin, b_end): 16 consecutive bytes each.
+// The 16 FP4 tile-major scales (kernels/linear.h) of tile `tile`, block b (16 consecutive bytes), as fp32.
+DSFLASH_AVX512 inline __m512 fp4_tiled_block_scales(const GemmArgs& g, int64_t tile, int64_t b) {
+  return e8m0_to_f32_x16(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.w_scales + (tile * g.kb + b) * kTile))));
+}
+// Those of blocks [b_begin, b_end).
 DSFLASH_AVX512 inline void fp4_tiled_scales(const GemmArgs& g, int64_t tile, int64_t b_begin, int64_t b_end,
                                             float (*sw)[kTile]) {
-  const uint8_t* base = g.w_scales + tile * kTile * g.kb;
-  for (int64_t b = b_begin; b < b_end; ++b)
-    _mm512_store_ps(sw[b - b_begin], e8m0_to_f32_x16(_mm512_cvtepu8_epi32(
-                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + kTile * b)))));
+  for (int64_t b = b_begin; b < b_end; ++b) _mm512_store_ps(sw[b - b_begin], fp4_tiled_block_scales(g, tile, b));
 }
 
 // ---- Tile-major vectors ----

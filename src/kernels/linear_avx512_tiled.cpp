@@ -151,7 +151,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
   __m512 y[R][NT];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) y[r][t] = _mm512_setzero_ps();
-  alignas(64) float sw[NT][kTiledScaleBlocks][kTile];
+  alignas(64) float sw[kFp4 ? 1 : NT][kTiledScaleBlocks][kTile];  // FP8 weight scales per block (MXFP4: at use)
   for (int64_t b0 = 0; b0 < g.kb; b0 += kTiledScaleBlocks) {
     const int64_t b1 = std::min<int64_t>(g.kb, b0 + kTiledScaleBlocks);
     if constexpr (kFp4)  // the scales of the next chunk, or of the next call's first one: 16 bytes per block
@@ -162,15 +162,12 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
         for (int64_t off = 0; off < kTile * std::min<int64_t>(kTiledScaleBlocks, g.kb - next_b); off += 64)
           _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
       }
-    for (int t = 0; t < NT; ++t) {
-      const int64_t o0 = (tile + t) * kTile;
-      if constexpr (kFp4) {
-        fp4_tiled_scales(g, tile + t, b0, b1, sw[t]);
-      } else {
+    if constexpr (!kFp4)
+      for (int t = 0; t < NT; ++t) {
+        const int64_t o0 = (tile + t) * kTile;
         for (int64_t b = b0; b < b1; ++b)
           _mm512_store_ps(sw[t][b - b0], _mm512_set1_ps(e8m0[g.w_scales[(o0 / 32) * g.kb + b]]));
       }
-    }
     // NB blocks at a time: their chains are independent, so NB x NT x R of them are in flight (one chain alone
     // would wait ~6 cycles per pair on the previous vdpbf16ps).
     auto blocks = [&]<int NB>(int64_t b) DSFLASH_AVX512 {
@@ -242,13 +239,19 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
               }
           }
       }
-      for (int n = 0; n < NB; ++n)  // blocks in K order
+      for (int n = 0; n < NB; ++n) {  // blocks in K order
+        // MXFP4: the tile's 16 scales of the block converted here, straight from the scale stream.
+        __m512 w_scale[NT];
+        for (int t = 0; t < NT; ++t) {
+          if constexpr (kFp4) w_scale[t] = fp4_tiled_block_scales(g, tile + t, b + n);
+          else w_scale[t] = _mm512_load_ps(sw[t][b + n - b0]);
+        }
         for (int r = 0; r < R; ++r) {
           const __m512 sa = _mm512_set1_ps(e8m0[g.act_scales[r * g.kb + b + n]]);
           for (int t = 0; t < NT; ++t)
-            y[r][t] = _mm512_add_ps(y[r][t],
-                                    _mm512_mul_ps(_mm512_mul_ps(acc[n][r][t], sa), _mm512_load_ps(sw[t][b + n - b0])));
+            y[r][t] = _mm512_add_ps(y[r][t], _mm512_mul_ps(_mm512_mul_ps(acc[n][r][t], sa), w_scale[t]));
         }
+      }
     };
     constexpr int kBlocksAtOnce = R == 1 ? 4 : R == 2 ? 2 : 1;
     int64_t b = b0;
