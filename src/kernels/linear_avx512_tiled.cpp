@@ -4,6 +4,7 @@
 // does, so a row's result does not depend on the rows it runs with. One MXFP4 row multiplies in exact integers
 // wherever that gives the same chain's bits.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -44,12 +45,15 @@ DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int8_
                                           float* units) {
   const __m512i magnitude_bits = _mm512_set1_epi32(0x7f), mantissa_bits = _mm512_set1_epi32(7);
   // Bytes [low | high] of 16 N (k order) -> per 8 k: low, then high, each in the tiled lanes' k order 0 4 1 5 2 6 3 7.
-  alignas(32) uint8_t order[32];
-  for (int j = 0; j < 32; ++j) {
-    const int in_lane = (j % 8) / 2 + 4 * (j % 2);  // 0 4 1 5 2 6 3 7
-    order[j] = static_cast<uint8_t>(16 * ((j % 16) / 8) + 8 * (j / 16) + in_lane);
-  }
-  const __m256i piece_order = _mm256_load_si256(reinterpret_cast<const __m256i*>(order));
+  alignas(32) static constexpr auto kOrder = [] {
+    std::array<uint8_t, 32> order{};
+    for (int j = 0; j < 32; ++j) {
+      const int in_lane = (j % 8) / 2 + 4 * (j % 2);  // 0 4 1 5 2 6 3 7
+      order[j] = static_cast<uint8_t>(16 * ((j % 16) / 8) + 8 * (j / 16) + in_lane);
+    }
+    return order;
+  }();
+  const __m256i piece_order = _mm256_load_si256(reinterpret_cast<const __m256i*>(kOrder.data()));
   for (int64_t b = 0; b < k / 32; ++b) {
     __m512i code[2], sig[2], step[2];
     bool nan = false;
@@ -170,7 +174,8 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       }
     // NB blocks at a time: their chains are independent, so NB x NT x R of them are in flight (one chain alone
     // would wait ~6 cycles per pair on the previous vdpbf16ps).
-    auto blocks = [&]<int NB>(int64_t b) DSFLASH_AVX512 {
+    // exact: one MXFP4 row whose NB blocks all take the integers (exact_fp4_partials).
+    auto blocks = [&]<int NB>(int64_t b, bool exact) DSFLASH_AVX512 {
       // In a tile's last kTiledPrefetchBytes, each stream prefetches the start of the tile it reads next (NT tiles
       // on, the next call's), so that the next call's streams do not start cold.
       const int64_t prefetch_bytes = kTiledPrefetchBytes + (b * kBlockBytes + kTiledPrefetchBytes < tile_bytes
@@ -179,12 +184,8 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       for (int n = 0; n < NB; ++n)
         for (int r = 0; r < R; ++r)
           for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_setzero_ps();
-      bool exact = false;  // one row of MXFP4 through integers (every block of the group exact)
-      if constexpr (kFp4 && R == 1 && !kFma) {
-        exact = g.exact_units != nullptr;
-        for (int n = 0; n < NB && exact; ++n) exact = g.exact_units[b + n] != 0.0f;
+      if constexpr (kFp4 && R == 1 && !kFma)
         if (exact) exact_fp4_partials<NB, NT>(g, w, tile_bytes, b, prefetch_bytes, biased_table, acc);
-      }
       // FMA: vector by vector across the NB blocks, so that consecutive FMAs feed different chains (each waits
       // ~4 cycles on its previous one, 2 * kPairs times per vector).
       if constexpr (kFma) {
@@ -254,23 +255,21 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       }
     };
     constexpr int kBlocksAtOnce = R == 1 ? 4 : R == 2 ? 2 : 1;
+    auto block_exact = [&](int64_t b) {
+      return kFp4 && R == 1 && !kFma && g.exact_units != nullptr && g.exact_units[b] != 0.0f;
+    };
     int64_t b = b0;
     for (; b + kBlocksAtOnce <= b1; b += kBlocksAtOnce) {
-      // One MXFP4 row: a group that mixes exact blocks with others goes block by block, so that its exact ones
-      // still take the integers (the partials reach y in K order either way).
-      bool mixed = false;
-      if constexpr (kFp4 && R == 1 && !kFma)
-        if (g.exact_units != nullptr) {
-          int exact = 0;
-          for (int n = 0; n < kBlocksAtOnce; ++n) exact += g.exact_units[b + n] != 0.0f;
-          mixed = exact > 0 && exact < kBlocksAtOnce;
-        }
-      if (mixed)
-        for (int n = 0; n < kBlocksAtOnce; ++n) blocks.template operator()<1>(b + n);
+      int exact = 0;
+      for (int n = 0; n < kBlocksAtOnce; ++n) exact += block_exact(b + n);
+      // A group that mixes exact blocks with others goes block by block, so that its exact ones still take the
+      // integers (the partials reach y in K order either way).
+      if (exact == 0 || exact == kBlocksAtOnce)
+        blocks.template operator()<kBlocksAtOnce>(b, exact != 0);
       else
-        blocks.template operator()<kBlocksAtOnce>(b);
+        for (int n = 0; n < kBlocksAtOnce; ++n) blocks.template operator()<1>(b + n, block_exact(b + n));
     }
-    for (; b < b1; ++b) blocks.template operator()<1>(b);
+    for (; b < b1; ++b) blocks.template operator()<1>(b, block_exact(b));
   }
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) _mm512_storeu_ps(g.y + r * g.out + (tile + t) * kTile, y[r][t]);
