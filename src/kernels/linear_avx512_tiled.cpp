@@ -15,7 +15,7 @@ namespace dsflash::linear_impl {
 
 namespace {
 
-constexpr int kTiledScaleBlocks = 32;  // weight scales are read 32 blocks at a time
+constexpr int kTiledScaleBlocks = 32;  // MXFP4 weight scales are prefetched 32 blocks at a time
 // Software prefetch distance along each tile's stream. The out-of-order window alone reaches ~2 KB ahead at ~15
 // instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs. Of 0-16 KB tried
 // (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower. Once the streams also prefetched across
@@ -155,7 +155,14 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
   __m512 y[R][NT];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) y[r][t] = _mm512_setzero_ps();
-  alignas(64) float sw[kFp4 ? 1 : NT][kTiledScaleBlocks][kTile];  // FP8 weight scales per block (MXFP4: at use)
+  if constexpr (!kFp4) {
+    // The next call's FP8 scale rows ([out / 32, kb], one per 32 outputs): a few lines that would otherwise each
+    // wait for memory where that call scales its first blocks.
+    const int64_t next_first = (tile + NT) * kTile, next_end = std::min<int64_t>(g.out, (tile + 2 * NT) * kTile);
+    for (int64_t row = next_first / 32; row * 32 < next_end; ++row)
+      for (int64_t off = 0; off < g.kb; off += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(g.w_scales + row * g.kb + off), _MM_HINT_T0);
+  }
   for (int64_t b0 = 0; b0 < g.kb; b0 += kTiledScaleBlocks) {
     const int64_t b1 = std::min<int64_t>(g.kb, b0 + kTiledScaleBlocks);
     if constexpr (kFp4)  // the scales of the next chunk, or of the next call's first one: 16 bytes per block
@@ -165,12 +172,6 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
         const uint8_t* next = g.w_scales + next_tile * kTile * g.kb + kTile * next_b;
         for (int64_t off = 0; off < kTile * std::min<int64_t>(kTiledScaleBlocks, g.kb - next_b); off += 64)
           _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
-      }
-    if constexpr (!kFp4)
-      for (int t = 0; t < NT; ++t) {
-        const int64_t o0 = (tile + t) * kTile;
-        for (int64_t b = b0; b < b1; ++b)
-          _mm512_store_ps(sw[t][b - b0], _mm512_set1_ps(e8m0[g.w_scales[(o0 / 32) * g.kb + b]]));
       }
     // NB blocks at a time: their chains are independent, so NB x NT x R of them are in flight (one chain alone
     // would wait ~6 cycles per pair on the previous vdpbf16ps).
@@ -245,7 +246,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
         __m512 w_scale[NT];
         for (int t = 0; t < NT; ++t) {
           if constexpr (kFp4) w_scale[t] = fp4_tiled_block_scales(g, tile + t, b + n);
-          else w_scale[t] = _mm512_load_ps(sw[t][b + n - b0]);
+          else w_scale[t] = _mm512_set1_ps(e8m0[g.w_scales[((tile + t) * kTile / 32) * g.kb + b + n]]);
         }
         for (int r = 0; r < R; ++r) {
           const __m512 sa = _mm512_set1_ps(e8m0[g.act_scales[r * g.kb + b + n]]);
