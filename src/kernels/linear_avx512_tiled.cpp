@@ -279,10 +279,12 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
 template <bool kFp4, int R, bool kFma>
 DSFLASH_AVX512 void tiled_decode_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   int64_t tile = tile_begin;
-  // One row: four tiles at a time (16 accumulators, four streams per thread): measured (bench_linear, tiled,
-  // rows:1, 2 threads, alternated) 8% faster than two on wo_b FP8, 2-4% on wq_b, w1 and w2; eight (two blocks at
-  // a time) was slower again.
-  if constexpr (R == 1)
+  // One FP8 row: four tiles at a time (16 accumulators, four streams per thread): measured (bench_linear, tiled,
+  // rows:1, 2 threads, alternated 3x) vs_read 0.93-1.00 against 0.87-0.93 with two; eight (two blocks at a time)
+  // was slower again. One MXFP4 row (the integer path) takes two: w1 0.895 -> 0.93-0.95, w2 0.93 -> 0.94-0.95
+  // against four; halving its blocks at once instead (fewer registers live) or two tiles with two or eight blocks
+  // at once gained less or lost.
+  if constexpr (R == 1 && !kFp4)
     for (; tile + 4 <= tile_end; tile += 4) tiled_decode<kFp4, R, 4, kFma>(g, tile);
   for (; tile + 2 <= tile_end; tile += 2) tiled_decode<kFp4, R, 2, kFma>(g, tile);
   if (tile < tile_end) tiled_decode<kFp4, R, 1, kFma>(g, tile);
