@@ -20,8 +20,11 @@ constexpr int kTiledScaleBlocks = 32;  // MXFP4 weight scales are prefetched 32 
 // instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs. Of 0-16 KB tried
 // (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower. Once the streams also prefetched across
 // calls (see tiled_decode), 2 and 3 KB beat 4 KB (vs_read, alternated 6x: wo_b 0.94 -> 0.98, wq_b 0.90 -> 0.93,
-// w1 0.87 -> 0.90, w2 the same), 1 KB was mixed and 8 KB slower by 5-10%.
-constexpr int64_t kTiledPrefetchBytes = 2048;
+// w1 0.87 -> 0.90, w2 the same), 1 KB was mixed and 8 KB slower by 5-10%. Since one MXFP4 row reads two streams
+// (tiled_decode_range), 3 KB beats 2 KB there (alternated 5x: w1 0.920 -> 0.953, w2 0.923 -> 0.947) and 4 KB
+// loses; FP8 (four streams) stays at 2 KB (3 KB: wq_b 0.91 -> 0.86).
+template <bool kFp4>
+constexpr int64_t kTiledPrefetchBytes = kFp4 ? 3072 : 2048;
 
 }  // namespace
 
@@ -177,9 +180,10 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
     // would wait ~6 cycles per pair on the previous vdpbf16ps).
     // exact: one MXFP4 row whose NB blocks all take the integers (exact_fp4_partials).
     auto blocks = [&]<int NB>(int64_t b, bool exact) DSFLASH_AVX512 {
-      // In a tile's last kTiledPrefetchBytes, each stream prefetches the start of the tile it reads next (NT tiles
+      // In a tile's last kAhead bytes, each stream prefetches the start of the tile it reads next (NT tiles
       // on, the next call's), so that the next call's streams do not start cold.
-      const int64_t prefetch_bytes = kTiledPrefetchBytes + (b * kBlockBytes + kTiledPrefetchBytes < tile_bytes
+      constexpr int64_t kAhead = kTiledPrefetchBytes<kFp4>;
+      const int64_t prefetch_bytes = kAhead + (b * kBlockBytes + kAhead < tile_bytes
                                                                 ? 0 : (NT - 1) * tile_bytes);
       __m512 acc[NB][R][NT];
       for (int n = 0; n < NB; ++n)
