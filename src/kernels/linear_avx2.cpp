@@ -142,18 +142,21 @@ void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   }
 }
 
-// One activation row on row-major weights (decode): each block of 8 outputs is converted in registers and
-// multiplied at once, so nothing is staged in memory. Per 32-K block of an output: FP8 codes become fp16 words (the
-// sign-extended code << 7, bit 14 cleared: value * 2^-8 exactly, subnormals included) and fp32 through F16C; MXFP4
-// nibbles become fp16 words through a 16-entry byte table (every e2m1 value is an fp16 whose low byte is 0: the
-// table holds the high bytes) and fp32 the same way. 4 FMAs per output and block, the 8 outputs' block sums
-// reduced together (reduce_8), then scaled and added in K order as gemm_tiles does. The in-block order differs from
-// gemm_tiles' (the reference allows any; spec note in linear_reference.cpp).
-// act: FP8, the row's values in k order; MXFP4, each block's values as its nibbles come out: even k 0..14, even k
-// 16..30, odd k 1..15, odd k 17..31 (row_tile_act_order). FP8 NaN codes (0x7f / 0xff) would convert to finite
-// values here: the largest masked code seen is returned, and a range that saw 0x7f is recomputed by gemm_tiles.
-template <bool kFp4>
-uint8_t decode_row_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+constexpr int kDecodeMaxRows = 4;  // rows that decode_rows_tiles takes (decode, and the few tokens of an expert)
+
+// R activation rows (1..kDecodeMaxRows) on row-major weights: each block of 8 outputs is converted in registers
+// once and multiplied with every row, so nothing is staged in memory. Per 32-K block of an output: FP8 codes
+// become fp16 words (the sign-extended code << 7, bit 14 cleared: value * 2^-8 exactly, subnormals included) and
+// fp32 through F16C; MXFP4 nibbles become fp16 words through a 16-entry byte table (every e2m1 value is an fp16
+// whose low byte is 0: the table holds the high bytes) and fp32 the same way. 4 FMAs per row, output and block,
+// the 8 outputs' block sums reduced together (reduce_8), then scaled and added in K order as gemm_tiles does. The
+// in-block order differs from gemm_tiles' (the reference allows any; spec note in linear_reference.cpp).
+// g.act [R, in]: FP8, the rows' values in k order; MXFP4, each block's values as its nibbles come out: even k
+// 0..14, even k 16..30, odd k 1..15, odd k 17..31 (rows_tile_act_order). FP8 NaN codes (0x7f / 0xff) would
+// convert to finite values here: the largest masked code seen is returned, and a range that saw 0x7f is
+// recomputed by gemm_tiles.
+template <bool kFp4, int R>
+uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
   const __m256 unscale = _mm256_set1_ps(kFp4 ? 1.0f : 256.0f);
@@ -171,59 +174,73 @@ uint8_t decode_row_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end
     const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0));
     const uint8_t* rows[kTile];
     for (int i = 0; i < kTile; ++i) rows[i] = g.w + (o0 + std::min(i, n - 1)) * row_bytes;
-    __m256 y = _mm256_setzero_ps();
+    __m256 y[R];
+    for (int r = 0; r < R; ++r) y[r] = _mm256_setzero_ps();
     for (int64_t b0 = 0; b0 < g.kb; b0 += kChunkBlocks) {
       const int64_t b1 = std::min(g.kb, b0 + kChunkBlocks);
       if constexpr (kFp4)
         for (int64_t b = b0; b < b1; ++b)
           for (int i = 0; i < kTile; ++i) sw[b - b0][i] = dt.e8m0_f32[g.w_scales[(o0 + std::min(i, n - 1)) * g.kb + b]];
       for (int64_t b = b0; b < b1; ++b) {
-        const float* ab = g.act + b * 32;
-        const __m256 a0 = _mm256_loadu_ps(ab), a1 = _mm256_loadu_ps(ab + 8);
-        const __m256 a2 = _mm256_loadu_ps(ab + 16), a3 = _mm256_loadu_ps(ab + 24);
-        __m256 v[kTile];
+        __m256 v[R][kTile];
         for (int i = 0; i < kTile; ++i) {
+          __m256 w[4];  // the output's 32 weights (times 2^-8 for FP8), in g.act's order
           if constexpr (kFp4) {
             const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + 16 * b));
             const __m128i even = _mm_shuffle_epi8(fp16_table, _mm_and_si128(raw, nibble));
             const __m128i odd = _mm_shuffle_epi8(fp16_table, _mm_and_si128(_mm_srli_epi16(raw, 4), nibble));
             const __m128i zero = _mm_setzero_si128();
-            __m256 s = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(zero, even)), a0);
-            s = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(zero, even)), a1, s);
-            s = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(zero, odd)), a2, s);
-            v[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(zero, odd)), a3, s);
+            w[0] = _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, even));
+            w[1] = _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, even));
+            w[2] = _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, odd));
+            w[3] = _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, odd));
           } else {
             const uint8_t* src = rows[i] + 32 * b;
             nan_seen = _mm256_max_epu8(
                 nan_seen, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), magnitude_bits));
             // 128-bit sign extensions and shifts: their 256-bit forms take twice the cycles per code on some
             // cores (measured on a Zen 1), and the extension would compete with the conversion for its pipe.
-            auto fp16 = [&](int q) {
-              return _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(
-                                                      reinterpret_cast<const __m128i*>(src + 8 * q))), 7),
-                                   fp16_mask);
-            };
-            __m256 s = _mm256_mul_ps(_mm256_cvtph_ps(fp16(0)), a0);
-            s = _mm256_fmadd_ps(_mm256_cvtph_ps(fp16(1)), a1, s);
-            s = _mm256_fmadd_ps(_mm256_cvtph_ps(fp16(2)), a2, s);
-            v[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(fp16(3)), a3, s);
+            for (int q = 0; q < 4; ++q)
+              w[q] = _mm256_cvtph_ps(_mm_and_si128(
+                  _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 8 * q))), 7),
+                  fp16_mask));
+          }
+          for (int r = 0; r < R; ++r) {
+            const float* ab = g.act + r * g.in + b * 32;
+            __m256 sum = _mm256_mul_ps(w[0], _mm256_loadu_ps(ab));
+            for (int q = 1; q < 4; ++q) sum = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(ab + 8 * q), sum);
+            v[r][i] = sum;
           }
         }
-        const __m256 partial = _mm256_mul_ps(reduce_8(v), unscale);
-        const __m256 w_scale = kFp4 ? _mm256_load_ps(sw[b - b0]) : _mm256_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]);
-        y = _mm256_add_ps(y, _mm256_mul_ps(_mm256_mul_ps(partial, _mm256_set1_ps(dt.e8m0_f32[g.act_scales[b]])), w_scale));
+        const __m256 w_scale =
+            kFp4 ? _mm256_load_ps(sw[b - b0]) : _mm256_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]);
+        for (int r = 0; r < R; ++r) {
+          const __m256 partial = _mm256_mul_ps(reduce_8(v[r]), unscale);
+          const __m256 sa = _mm256_set1_ps(dt.e8m0_f32[g.act_scales[r * g.kb + b]]);
+          y[r] = _mm256_add_ps(y[r], _mm256_mul_ps(_mm256_mul_ps(partial, sa), w_scale));
+        }
       }
     }
-    _mm256_maskstore_ps(g.y + o0, lane_mask(n), y);
+    for (int r = 0; r < R; ++r) _mm256_maskstore_ps(g.y + r * g.out + o0, lane_mask(n), y[r]);
   }
   alignas(32) uint8_t seen[32];
   _mm256_store_si256(reinterpret_cast<__m256i*>(seen), nan_seen);
   return *std::max_element(seen, seen + 32);
 }
 
-// One row's fp32 values [in] -> each block's values in the order decode_row_tiles<true> takes them.
-void row_tile_act_order(const float* act, int64_t in, float* ordered) {
-  for (int64_t b = 0; b < in / 32; ++b)
+template <bool kFp4>
+uint8_t decode_rows_tiles_dispatch(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  switch (g.rows) {
+    case 1: return decode_rows_tiles<kFp4, 1>(g, tile_begin, tile_end);
+    case 2: return decode_rows_tiles<kFp4, 2>(g, tile_begin, tile_end);
+    case 3: return decode_rows_tiles<kFp4, 3>(g, tile_begin, tile_end);
+    default: return decode_rows_tiles<kFp4, 4>(g, tile_begin, tile_end);
+  }
+}
+
+// Rows of fp32 values [rows, in] -> each block's values in the order decode_rows_tiles<true, R> takes them.
+void rows_tile_act_order(const float* act, int64_t rows, int64_t in, float* ordered) {
+  for (int64_t b = 0; b < rows * in / 32; ++b)
     for (int j = 0; j < 32; ++j) {
       const int k = j < 16 ? 2 * j : 2 * (j - 16) + 1;  // even k 0..30, then odd k 1..31
       ordered[b * 32 + j] = act[b * 32 + k];
@@ -248,15 +265,16 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
   g.act_scales = act_scales;
   g.y = y;
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (rows == 1 && !tile_major) {
-    GemmArgs row = g;
+  if (rows <= kDecodeMaxRows && !tile_major) {
+    GemmArgs ordered_args = g;
     if constexpr (kFp4) {
-      const std::span<float> ordered = scratch.take<float>(static_cast<size_t>(in));
-      row_tile_act_order(act, in, ordered.data());
-      row.act = ordered.data();
+      const std::span<float> ordered = scratch.take<float>(static_cast<size_t>(rows * in));
+      rows_tile_act_order(act, rows, in, ordered.data());
+      ordered_args.act = ordered.data();
     }
     auto body = [&](int64_t begin, int64_t end, int) {
-      if (decode_row_tiles<kFp4>(row, begin, end) == 0x7f) gemm_tiles<kFp4>(g, begin, end);  // an FP8 NaN code
+      if (decode_rows_tiles_dispatch<kFp4>(ordered_args, begin, end) == 0x7f)  // an FP8 NaN code
+        gemm_tiles<kFp4>(g, begin, end);
     };
     // One contiguous range per thread: its 8 row streams never restart at a chunk boundary.
     if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);
