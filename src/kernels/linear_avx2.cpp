@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -81,6 +82,10 @@ struct GemmArgs {
   int64_t out = 0, in = 0, kb = 0, rows = 0;
   bool tile_major = false;             // weight order (kernels/linear.h)
   const float* act = nullptr;          // [rows, in] fp32 values
+  // One to kDecodeMaxRows rows on MXFP4 (decode_rows_tiles): the same values as integers where that is exact
+  // (prepare_fp4_decode_rows): N [rows, in] int16 in g.act's order, units [rows, kb] (0: the block is not exact).
+  const int16_t* act_int = nullptr;
+  const float* act_units = nullptr;
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
   float* y = nullptr;                  // [rows, out]
 };
@@ -144,6 +149,74 @@ void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
 
 constexpr int kDecodeMaxRows = 4;  // rows that decode_rows_tiles takes (decode, and the few tokens of an expert)
 
+// An MXFP4 block's dot product in exact integers (as the AVX-512 one-row decode, linear_avx512_tiled.cpp): an e4m3
+// activation is a = N * 2^(s-10), with sig = 8 + mantissa and e' = the exponent field for normals, sig = mantissa
+// and e' = 1 for subnormals, N = sig << (e' - s) and s the smallest e' of the block's nonzero values; a weight is
+// w = W / 2, W = 2 * e2m1 in [-12, 12]. A block's sum of a * w is (Σ N * W) * 2^(s-11). Where every |N| < 2^15, Σ N * W
+// and its partial sums stay below 32 * 12 * 2^15 < 2^24: exact in int32, and exact as a float. Blocks with NaN codes
+// or wider magnitude spans keep the fp32 path (unit 0).
+// MXFP4 decode rows from their e4m3 codes x [rows, in]: values [rows, in] fp32 with each block in the order the
+// nibbles come out of a packed block (even k 0..14, even k 16..30, odd k 1..15, odd k 17..31), and the same values
+// as the integers N [rows, in] with units [rows, in / 32] = 2^(s-11), 0 where the block is not exact (a NaN code, or
+// some |N| >= 2^15). The values come through fp16 as in decode_rows_tiles (NaN blocks from the table), and
+// N = value * 2^(10-s): exact integers.
+void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n, float* units) {
+  const LinearDecodeTables& dt = linear_decode_tables();
+  // Per 128-bit lane its even bytes, then its odd ones; the qword permute (0xD8) then gives the nibble order.
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i magnitude_bits = _mm256_set1_epi8(0x7f), low_bits = _mm256_set1_epi8(0x0f);
+  const __m256i one = _mm256_set1_epi8(1), above_every_step = _mm256_set1_epi8(16);
+  const __m128i fp16_mask = _mm_set1_epi16(static_cast<short>(0xBF80));
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f), limit = _mm256_set1_ps(32768.0f);
+  for (int64_t b = 0; b < x.rows * (x.k / 32); ++b) {
+    const uint8_t* c = x.codes + 32 * b;
+    float* v = values + 32 * b;
+    alignas(32) uint8_t ordered[32];
+    const __m256i codes = _mm256_permute4x64_epi64(
+        _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)), split), 0xD8);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ordered), codes);
+    const __m256i magnitude = _mm256_and_si256(codes, magnitude_bits);
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(magnitude, magnitude_bits)) != 0) {  // a NaN code
+      for (int j = 0; j < 32; ++j) v[j] = dt.e4m3_f32[ordered[j]];
+      units[b] = 0.0f;
+      continue;
+    }
+    // s: the smallest e' (exponent field, at least 1) of the nonzero codes.
+    const __m256i exponent = _mm256_and_si256(_mm256_srli_epi16(magnitude, 3), low_bits);
+    const __m256i step = _mm256_or_si256(_mm256_max_epu8(exponent, one),
+                                         _mm256_and_si256(_mm256_cmpeq_epi8(magnitude, _mm256_setzero_si256()),
+                                                          above_every_step));
+    __m128i m = _mm_min_epu8(_mm256_castsi256_si128(step), _mm256_extracti128_si256(step, 1));
+    m = _mm_min_epu8(m, _mm_srli_si128(m, 8));
+    m = _mm_min_epu8(m, _mm_srli_si128(m, 4));
+    m = _mm_min_epu8(m, _mm_srli_si128(m, 2));
+    m = _mm_min_epu8(m, _mm_srli_si128(m, 1));
+    int smallest = _mm_cvtsi128_si32(m) & 0xff;
+    if (smallest == 16) smallest = 1;  // all zero: any unit
+    const __m256 to_n = _mm256_set1_ps(std::ldexp(1.0f, 10 - smallest));
+    __m256 largest = _mm256_setzero_ps();
+    __m256i integers[4];
+    for (int q = 0; q < 4; ++q) {
+      const __m128i half = _mm_and_si128(
+          _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ordered + 8 * q))), 7),
+          fp16_mask);
+      const __m256 value = _mm256_mul_ps(_mm256_cvtph_ps(half), _mm256_set1_ps(256.0f));
+      _mm256_storeu_ps(v + 8 * q, value);
+      const __m256 as_n = _mm256_mul_ps(value, to_n);
+      largest = _mm256_max_ps(largest, _mm256_andnot_ps(sign_bit, as_n));
+      integers[q] = _mm256_cvttps_epi32(as_n);
+    }
+    // packs interleaves the 128-bit lanes; the qword permute puts the words back in order.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(n + 32 * b),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(integers[0], integers[1]), 0xD8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(n + 32 * b + 16),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(integers[2], integers[3]), 0xD8));
+    const bool exact = _mm256_movemask_ps(_mm256_cmp_ps(largest, limit, _CMP_LT_OQ)) == 0xff;
+    units[b] = exact ? std::ldexp(1.0f, smallest - 11) : 0.0f;
+  }
+}
+
 // R activation rows (1..kDecodeMaxRows) on row-major weights: each block of 8 outputs is converted in registers
 // once and multiplied with every row, so nothing is staged in memory. Per 32-K block of an output: FP8 codes
 // become fp16 words (the sign-extended code << 7, bit 14 cleared: value * 2^-8 exactly, subnormals included) and
@@ -152,7 +225,7 @@ constexpr int kDecodeMaxRows = 4;  // rows that decode_rows_tiles takes (decode,
 // the 8 outputs' block sums reduced together (reduce_8), then scaled and added in K order as gemm_tiles does. The
 // in-block order differs from gemm_tiles' (the reference allows any; spec note in linear_reference.cpp).
 // g.act [R, in]: FP8, the rows' values in k order; MXFP4, each block's values as its nibbles come out: even k
-// 0..14, even k 16..30, odd k 1..15, odd k 17..31 (rows_tile_act_order). FP8 NaN codes (0x7f / 0xff) would
+// 0..14, even k 16..30, odd k 1..15, odd k 17..31 (prepare_fp4_decode_rows). FP8 NaN codes (0x7f / 0xff) would
 // convert to finite values here: the largest masked code seen is returned, and a range that saw 0x7f is
 // recomputed by gemm_tiles.
 template <bool kFp4, int R>
@@ -167,6 +240,14 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
   for (int c = 0; c < 16; ++c)
     fp16_high[c] = static_cast<uint8_t>(_cvtss_sh(dt.e2m1_f32[c], _MM_FROUND_TO_NEAREST_INT) >> 8);
   const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(fp16_high));
+  // W = 2 * e2m1 as int16 words: their low bytes and their sign bytes, each from a 16-entry table.
+  alignas(16) int8_t w_low[16], w_sign[16];
+  for (int c = 0; c < 16; ++c) {
+    w_low[c] = static_cast<int8_t>(2.0f * dt.e2m1_f32[c]);
+    w_sign[c] = static_cast<int8_t>(dt.e2m1_f32[c] < 0.0f ? -1 : 0);
+  }
+  const __m128i w_low_table = _mm_load_si128(reinterpret_cast<const __m128i*>(w_low));
+  const __m128i w_sign_table = _mm_load_si128(reinterpret_cast<const __m128i*>(w_sign));
   __m256i nan_seen = _mm256_setzero_si256();
   alignas(32) float sw[kChunkBlocks][kTile];  // MXFP4: the tile's weight scales of a chunk, [block][output]
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
@@ -182,42 +263,82 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
         for (int64_t b = b0; b < b1; ++b)
           for (int i = 0; i < kTile; ++i) sw[b - b0][i] = dt.e8m0_f32[g.w_scales[(o0 + std::min(i, n - 1)) * g.kb + b]];
       for (int64_t b = b0; b < b1; ++b) {
-        __m256 v[R][kTile];
-        for (int i = 0; i < kTile; ++i) {
-          __m256 w[4];  // the output's 32 weights (times 2^-8 for FP8), in g.act's order
-          if constexpr (kFp4) {
-            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + 16 * b));
-            const __m128i even = _mm_shuffle_epi8(fp16_table, _mm_and_si128(raw, nibble));
-            const __m128i odd = _mm_shuffle_epi8(fp16_table, _mm_and_si128(_mm_srli_epi16(raw, 4), nibble));
-            const __m128i zero = _mm_setzero_si128();
-            w[0] = _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, even));
-            w[1] = _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, even));
-            w[2] = _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, odd));
-            w[3] = _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, odd));
-          } else {
-            const uint8_t* src = rows[i] + 32 * b;
-            nan_seen = _mm256_max_epu8(
-                nan_seen, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), magnitude_bits));
-            // 128-bit sign extensions and shifts: their 256-bit forms take twice the cycles per code on some
-            // cores (measured on a Zen 1), and the extension would compete with the conversion for its pipe.
-            for (int q = 0; q < 4; ++q)
-              w[q] = _mm256_cvtph_ps(_mm_and_si128(
-                  _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 8 * q))), 7),
-                  fp16_mask));
+        __m256 partial[R];  // the 8 outputs' block sums
+        bool exact = kFp4 && g.act_units != nullptr;
+        for (int r = 0; r < R && exact; ++r) exact = g.act_units[r * g.kb + b] != 0.0f;
+        if (exact) {
+          // Every row's block in integers: W as int16 words, 4 vpmaddwd per row and output (no conversion to
+          // fp32, which costs more than the multiplies on some cores).
+          // Outputs in pairs, each pair's 4-lane sums folded at once (vphaddd), so few sums stay live.
+          __m128i pairs[R][kTile / 2];  // [a0+a1, a2+a3, b0+b1, b2+b3] of outputs 2p, 2p + 1
+          for (int p = 0; p < kTile / 2; ++p) {
+            __m128i sums[2][R];
+            for (int h = 0; h < 2; ++h) {
+              const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2 * p + h] + 16 * b));
+              const __m128i even = _mm_and_si128(raw, nibble), odd = _mm_and_si128(_mm_srli_epi16(raw, 4), nibble);
+              const __m128i even_low = _mm_shuffle_epi8(w_low_table, even);
+              const __m128i even_sign = _mm_shuffle_epi8(w_sign_table, even);
+              const __m128i odd_low = _mm_shuffle_epi8(w_low_table, odd);
+              const __m128i odd_sign = _mm_shuffle_epi8(w_sign_table, odd);
+              const __m128i w[4] = {_mm_unpacklo_epi8(even_low, even_sign), _mm_unpackhi_epi8(even_low, even_sign),
+                                    _mm_unpacklo_epi8(odd_low, odd_sign), _mm_unpackhi_epi8(odd_low, odd_sign)};
+              for (int r = 0; r < R; ++r) {
+                const __m128i* nr = reinterpret_cast<const __m128i*>(g.act_int + r * g.in + b * 32);
+                const __m128i s01 = _mm_add_epi32(_mm_madd_epi16(w[0], _mm_loadu_si128(nr)),
+                                                  _mm_madd_epi16(w[1], _mm_loadu_si128(nr + 1)));
+                const __m128i s23 = _mm_add_epi32(_mm_madd_epi16(w[2], _mm_loadu_si128(nr + 2)),
+                                                  _mm_madd_epi16(w[3], _mm_loadu_si128(nr + 3)));
+                sums[h][r] = _mm_add_epi32(s01, s23);
+              }
+            }
+            for (int r = 0; r < R; ++r) pairs[r][p] = _mm_hadd_epi32(sums[0][r], sums[1][r]);
           }
           for (int r = 0; r < R; ++r) {
-            const float* ab = g.act + r * g.in + b * 32;
-            __m256 sum = _mm256_mul_ps(w[0], _mm256_loadu_ps(ab));
-            for (int q = 1; q < 4; ++q) sum = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(ab + 8 * q), sum);
-            v[r][i] = sum;
+            const __m128i low = _mm_hadd_epi32(pairs[r][0], pairs[r][1]);
+            const __m128i high = _mm_hadd_epi32(pairs[r][2], pairs[r][3]);
+            partial[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_set_m128i(high, low)),
+                                       _mm256_set1_ps(g.act_units[r * g.kb + b]));
           }
+        } else {
+          __m256 v[R][kTile];
+          for (int i = 0; i < kTile; ++i) {
+            __m256 w[4];  // the output's 32 weights (times 2^-8 for FP8), in g.act's order
+            if constexpr (kFp4) {
+              const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + 16 * b));
+              const __m128i even = _mm_shuffle_epi8(fp16_table, _mm_and_si128(raw, nibble));
+              const __m128i odd = _mm_shuffle_epi8(fp16_table, _mm_and_si128(_mm_srli_epi16(raw, 4), nibble));
+              const __m128i zero = _mm_setzero_si128();
+              w[0] = _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, even));
+              w[1] = _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, even));
+              w[2] = _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, odd));
+              w[3] = _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, odd));
+            } else {
+              const uint8_t* src = rows[i] + 32 * b;
+              nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(
+                                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)),
+                                                       magnitude_bits));
+              // 128-bit sign extensions and shifts: their 256-bit forms take twice the cycles per code on some
+              // cores (measured on a Zen 1), and the extension would compete with the conversion for its pipe.
+              for (int q = 0; q < 4; ++q)
+                w[q] = _mm256_cvtph_ps(_mm_and_si128(
+                    _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 8 * q))),
+                                   7),
+                    fp16_mask));
+            }
+            for (int r = 0; r < R; ++r) {
+              const float* ab = g.act + r * g.in + b * 32;
+              __m256 sum = _mm256_mul_ps(w[0], _mm256_loadu_ps(ab));
+              for (int q = 1; q < 4; ++q) sum = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(ab + 8 * q), sum);
+              v[r][i] = sum;
+            }
+          }
+          for (int r = 0; r < R; ++r) partial[r] = _mm256_mul_ps(reduce_8(v[r]), unscale);
         }
         const __m256 w_scale =
             kFp4 ? _mm256_load_ps(sw[b - b0]) : _mm256_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]);
         for (int r = 0; r < R; ++r) {
-          const __m256 partial = _mm256_mul_ps(reduce_8(v[r]), unscale);
           const __m256 sa = _mm256_set1_ps(dt.e8m0_f32[g.act_scales[r * g.kb + b]]);
-          y[r] = _mm256_add_ps(y[r], _mm256_mul_ps(_mm256_mul_ps(partial, sa), w_scale));
+          y[r] = _mm256_add_ps(y[r], _mm256_mul_ps(_mm256_mul_ps(partial[r], sa), w_scale));
         }
       }
     }
@@ -238,21 +359,9 @@ uint8_t decode_rows_tiles_dispatch(const GemmArgs& g, int64_t tile_begin, int64_
   }
 }
 
-// Rows of fp32 values [rows, in] -> each block's values in the order decode_rows_tiles<true, R> takes them.
-void rows_tile_act_order(const float* act, int64_t rows, int64_t in, float* ordered) {
-  for (int64_t b = 0; b < rows * in / 32; ++b)
-    for (int j = 0; j < 32; ++j) {
-      const int k = j < 16 ? 2 * j : 2 * (j - 16) + 1;  // even k 0..30, then odd k 1..31
-      ordered[b * 32 + j] = act[b * 32 + k];
-    }
-}
-
 // act [rows, in] fp32 values with ue8m0 block scales act_scales [rows, in/32].
-template <bool kFp4>
-void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, const uint8_t* w,
-                    const uint8_t* w_scales, int64_t out, int64_t in, bool tile_major, float* y, ThreadPool* pool,
-                    ThreadScratch& scratch) {
-  if (rows <= 0 || out <= 0) return;
+GemmArgs block_gemm_args(const float* act, const uint8_t* act_scales, int64_t rows, const uint8_t* w,
+                         const uint8_t* w_scales, int64_t out, int64_t in, bool tile_major, float* y) {
   GemmArgs g;
   g.w = w;
   g.w_scales = w_scales;
@@ -264,23 +373,29 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
   g.act = act;
   g.act_scales = act_scales;
   g.y = y;
+  return g;
+}
+
+// decode_rows_tiles over every tile of g (1..kDecodeMaxRows rows, row-major weights), one contiguous range per
+// thread: its 8 row streams never restart at a chunk boundary. FP8: a range that met a NaN code is recomputed by
+// gemm_tiles (g.act in k order serves both).
+template <bool kFp4>
+void run_decode_rows(const GemmArgs& g, ThreadPool* pool) {
+  const int64_t tiles = (g.out + kTile - 1) / kTile;
+  auto body = [&](int64_t begin, int64_t end, int) {
+    if (decode_rows_tiles_dispatch<kFp4>(g, begin, end) == 0x7f) gemm_tiles<kFp4>(g, begin, end);
+  };
+  if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);
+  else body(0, tiles, 0);
+}
+
+template <bool kFp4>
+void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, const uint8_t* w,
+                    const uint8_t* w_scales, int64_t out, int64_t in, bool tile_major, float* y, ThreadPool* pool) {
+  if (rows <= 0 || out <= 0) return;
+  const GemmArgs g = block_gemm_args(act, act_scales, rows, w, w_scales, out, in, tile_major, y);
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (rows <= kDecodeMaxRows && !tile_major) {
-    GemmArgs ordered_args = g;
-    if constexpr (kFp4) {
-      const std::span<float> ordered = scratch.take<float>(static_cast<size_t>(rows * in));
-      rows_tile_act_order(act, rows, in, ordered.data());
-      ordered_args.act = ordered.data();
-    }
-    auto body = [&](int64_t begin, int64_t end, int) {
-      if (decode_rows_tiles_dispatch<kFp4>(ordered_args, begin, end) == 0x7f)  // an FP8 NaN code
-        gemm_tiles<kFp4>(g, begin, end);
-    };
-    // One contiguous range per thread: its 8 row streams never restart at a chunk boundary.
-    if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);
-    else body(0, tiles, 0);
-    return;
-  }
+  if (!kFp4 && rows <= kDecodeMaxRows && !tile_major) return run_decode_rows<kFp4>(g, pool);  // (MXFP4: fp4_gemm_avx2)
   if (pool && rows > 1 && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
     pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
@@ -301,15 +416,24 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
 void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
   ThreadScratch scratch(pool, 0);
   const std::span<float> act = widen_activations(x, scratch);
-  run_block_gemm<false>(act.data(), x.scales, x.rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool,
-                        scratch);
+  run_block_gemm<false>(act.data(), x.scales, x.rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool);
 }
 
 void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
   ThreadScratch scratch(pool, 0);
+  if (x.rows > 0 && x.rows <= kDecodeMaxRows && w.out > 0 && !w.tile_major) {
+    // Decode: the rows as decode_rows_tiles takes them, as values and as exact integers.
+    const std::span<float> values = scratch.take<float>(static_cast<size_t>(x.rows * x.k));
+    const std::span<int16_t> integers = scratch.take<int16_t>(static_cast<size_t>(x.rows * x.k));
+    const std::span<float> units = scratch.take<float>(static_cast<size_t>(x.rows * (x.k / 32)));
+    prepare_fp4_decode_rows(x, values.data(), integers.data(), units.data());
+    GemmArgs g = block_gemm_args(values.data(), x.scales, x.rows, w.packed, w.scales, w.out, w.in, false, y);
+    g.act_int = integers.data();
+    g.act_units = units.data();
+    return run_decode_rows<true>(g, pool);
+  }
   const std::span<float> act = widen_activations(x, scratch);
-  run_block_gemm<true>(act.data(), x.scales, x.rows, w.packed, w.scales, w.out, w.in, w.tile_major, y, pool,
-                       scratch);
+  run_block_gemm<true>(act.data(), x.scales, x.rows, w.packed, w.scales, w.out, w.in, w.tile_major, y, pool);
 }
 
 // The FP8 block GEMM on the fp32 activations themselves with unit activation scales: per block
@@ -318,8 +442,7 @@ void fp8_as_bf16_gemm_avx2(const float* x, int64_t rows, const Fp8Weight& w, flo
   ThreadScratch scratch(pool, 0);
   const std::span<uint8_t> unit_scales = scratch.take<uint8_t>(static_cast<size_t>(rows * (w.in / 32)));
   std::fill(unit_scales.begin(), unit_scales.end(), kE8m0One);
-  run_block_gemm<false>(x, unit_scales.data(), rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool,
-                        scratch);
+  run_block_gemm<false>(x, unit_scales.data(), rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool);
 }
 
 // BF16: 4 outputs x RT rows of 8-lane fp32 FMA accumulators; the K tail (< 8) is added in scalar FMAs.

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "core/thread_pool.h"
 #include "formats/formats.h"
@@ -424,6 +425,53 @@ TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
       reference_linear_kernels().fp4_gemm(x.view(), w4.view(), ref.data(), nullptr);
       k->fp4_gemm(x.view(), w4.view(), fast.data(), nullptr);
       ASSERT_EQ(fast, ref) << k->name << " fp4 rows " << s.rows << " out " << s.out << " in " << s.in;
+    }
+  }
+}
+
+// The AVX2 decode path (1..4 rows, row-major MXFP4) multiplies a block in integers only where every row's block is
+// exact (linear_avx2.cpp, exact_fp4_activations), else in fp32 FMAs. In a block that could be exact, any fp32 order
+// is exact too, so each row gets the same bits alone as with rows whose blocks are not exact; and a row whose
+// blocks all could be exact gets the reference's bits. Blocks here are narrow (small dyadic codes: integers), wide
+// (random codes, some spanning more than 2^11 in steps), or hold a NaN.
+TEST(LinearFast, Avx2Fp4DecodeRowsRunAloneWithMixedExactBlocks) {
+  const LinearKernels* k = linear_impl::avx2_kernels();
+  if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+  const uint8_t narrow[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
+  std::mt19937 rng(31);
+  ThreadPool pool(2);
+  for (const auto& [rows, out, in] : {std::tuple{4, 40, 2112}, std::tuple{3, 17, 96}, std::tuple{2, 64, 1024}}) {
+    auto x = test::random_fp8_acts(rng, rows, in);
+    auto w = test::random_fp4_weight(rng, out, in);
+    for (int r = 0; r < rows; ++r)
+      for (int b = 0; b < in / 32; ++b) {
+        uint8_t* block = x.codes.data() + r * in + 32 * b;
+        const int kind = r == 0 ? 0 : static_cast<int>(rng() % 3);  // row 0: every block could be exact
+        if (kind == 0)
+          for (int j = 0; j < 32; ++j) block[j] = narrow[rng() % std::size(narrow)];
+        if (r == rows - 1 && b == 1) {  // one NaN, in the last row only, among large codes that would be exact
+          for (int j = 0; j < 32; ++j) block[j] = static_cast<uint8_t>(0x70 + (rng() % 15) + (rng() % 2) * 0x80);
+          block[5] = 0x7f;
+        }
+      }
+    std::vector<float> together(static_cast<size_t>(rows * out)), ref(together.size());
+    k->fp4_gemm(x.view(), w.view(), together.data(), &pool);
+    reference_linear_kernels().fp4_gemm(x.view(), w.view(), ref.data(), nullptr);
+    for (int r = 0; r < rows; ++r) {
+      const Fp8Activations one{x.codes.data() + r * in, x.scales.data() + r * (in / 32), 1, in};
+      std::vector<float> alone(static_cast<size_t>(out));
+      k->fp4_gemm(one, w.view(), alone.data(), nullptr);
+      for (int o = 0; o < out; ++o) {
+        const float t = together[r * out + o];
+        const std::string where = "rows " + std::to_string(rows) + " row " + std::to_string(r) + " out " + std::to_string(o);
+        ASSERT_EQ(std::memcmp(&t, &alone[o], sizeof(float)), 0) << where << ": " << t << " alone " << alone[o];
+        if (r == 0) ASSERT_EQ(std::memcmp(&t, &ref[r * out + o], sizeof(float)), 0) << where << " vs the reference";
+        const test::Exact e = test::exact_fp4(x.view(), w.view(), r, o);
+        if (!std::isnan(ref[r * out + o]))
+          ASSERT_NEAR(t, ref[r * out + o], 2 * test::fp32_sum_bound(in, e.abs_sum)) << where;
+        else
+          ASSERT_TRUE(std::isnan(t)) << where;
+      }
     }
   }
 }
