@@ -429,6 +429,32 @@ TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
   }
 }
 
+// The AVX2 table's many-row path sums each block down k from 0 (weights in lanes, linear_avx2.cpp), the reference's
+// own order: the same bits on random codes, where the order of a block's products shows, in both weight orders.
+TEST(LinearFast, Avx2ManyRowsGiveTheReferenceBits) {
+  const LinearKernels* k = linear_impl::avx2_kernels();
+  if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(41);
+  ThreadPool pool(2);
+  for (const auto& [rows, out, in] : {std::tuple{5, 40, 544}, std::tuple{9, 17, 96}, std::tuple{16, 72, 1056},
+                                      std::tuple{40, 16, 96}})
+    for (const bool tiled : {false, true}) {
+      if (tiled && !tile_major_possible(out, in)) continue;
+      const auto x = test::random_fp8_acts(rng, rows, in);
+      const auto w8 = test::random_fp8_weight(rng, out, in);
+      const auto w4 = test::random_fp4_weight(rng, out, in);
+      const OrderedWeights w = in_order(w8, w4, tiled);
+      std::vector<float> got(static_cast<size_t>(rows * out)), ref(got.size());
+      const std::string where = "rows " + std::to_string(rows) + " out " + std::to_string(out) + (tiled ? " tiled" : "");
+      k->fp8_gemm(x.view(), w.fp8(), got.data(), &pool);
+      reference_linear_kernels().fp8_gemm(x.view(), w8.view(), ref.data(), nullptr);
+      ASSERT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0) << "fp8 " << where;
+      k->fp4_gemm(x.view(), w.fp4(), got.data(), &pool);
+      reference_linear_kernels().fp4_gemm(x.view(), w4.view(), ref.data(), nullptr);
+      ASSERT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0) << "fp4 " << where;
+    }
+}
+
 // The AVX2 decode path (1..4 rows, row-major MXFP4) multiplies a block in integers only where every row's block is
 // exact (linear_avx2.cpp, exact_fp4_activations), else in fp32 FMAs. In a block that could be exact, any fp32 order
 // is exact too, so each row gets the same bits alone as with rows whose blocks are not exact; and a row whose
@@ -465,12 +491,15 @@ TEST(LinearFast, Avx2Fp4DecodeRowsRunAloneWithMixedExactBlocks) {
         const float t = together[r * out + o];
         const std::string where = "rows " + std::to_string(rows) + " row " + std::to_string(r) + " out " + std::to_string(o);
         ASSERT_EQ(std::memcmp(&t, &alone[o], sizeof(float)), 0) << where << ": " << t << " alone " << alone[o];
-        if (r == 0) ASSERT_EQ(std::memcmp(&t, &ref[r * out + o], sizeof(float)), 0) << where << " vs the reference";
+        if (r == 0) {
+          ASSERT_EQ(std::memcmp(&t, &ref[r * out + o], sizeof(float)), 0) << where << " vs the reference";
+        }
         const test::Exact e = test::exact_fp4(x.view(), w.view(), r, o);
-        if (!std::isnan(ref[r * out + o]))
-          ASSERT_NEAR(t, ref[r * out + o], 2 * test::fp32_sum_bound(in, e.abs_sum)) << where;
-        else
+        if (std::isnan(ref[r * out + o])) {
           ASSERT_TRUE(std::isnan(t)) << where;
+        } else {
+          ASSERT_NEAR(t, ref[r * out + o], 2 * test::fp32_sum_bound(in, e.abs_sum)) << where;
+        }
       }
     }
   }
