@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/linear_impl.h"
@@ -104,7 +103,7 @@ constexpr int kLaneChunkBlocks = 8;   // 8 blocks x 32 k x 32 outputs fp32 = 32 
 constexpr int kLaneRows = 3;          // rows at a time
 
 // The weights of NT tiles from output o0 (n of them real; the rest repeat the last) for blocks [b0, b1): lanes
-// [b1 - b0][32][16] (FP8 as value * 2^-8), scales sw [b1 - b0][16].
+// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth].
 template <bool kFp4, int NT>
 void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t b1, float* lanes, float* sw) {
   const LinearDecodeTables& dt = linear_decode_tables();
@@ -114,16 +113,17 @@ void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t 
   for (int64_t b = b0; b < b1; ++b)
     for (int t = 0; t < NT; ++t) {
       alignas(32) float rows[kTile][32];  // [output][k]
+      float* scales = sw + (b - b0) * kLaneWidth + kTile * t;
       for (int i = 0; i < kTile; ++i) {
         const int64_t o = o0 + std::min(kTile * t + i, n - 1);
         if constexpr (kFp4) {
           uint8_t gathered[16];
           fp4_block_to_f32(fp4_block_packed(w4, o, b, gathered), magnitudes, rows[i]);
-          sw[(b - b0) * kLaneWidth + kTile * t + i] = dt.e8m0_f32[g.w_scales[fp4_scale_index(o, b, g.kb, g.tile_major)]];
+          scales[i] = dt.e8m0_f32[g.w_scales[fp4_scale_index(o, b, g.kb, g.tile_major)]];
         } else {
           uint8_t gathered[32];
           fp8_block_to_f32(fp8_block_codes(w8, o, b, gathered), rows[i]);
-          sw[(b - b0) * kLaneWidth + kTile * t + i] = dt.e8m0_f32[g.w_scales[(o / 32) * g.kb + b]];
+          scales[i] = dt.e8m0_f32[g.w_scales[(o / 32) * g.kb + b]];
         }
       }
       for (int q = 0; q < 4; ++q) {  // k 8q .. 8q + 7
@@ -210,9 +210,10 @@ constexpr int kDecodeMaxRows = 4;  // rows that decode_rows_tiles takes (decode,
 // An MXFP4 block's dot product in exact integers (as the AVX-512 one-row decode, linear_avx512_tiled.cpp): an e4m3
 // activation is a = N * 2^(s-10), with sig = 8 + mantissa and e' = the exponent field for normals, sig = mantissa
 // and e' = 1 for subnormals, N = sig << (e' - s) and s the smallest e' of the block's nonzero values; a weight is
-// w = W / 2, W = 2 * e2m1 in [-12, 12]. A block's sum of a * w is (Σ N * W) * 2^(s-11). Where every |N| < 2^15, Σ N * W
-// and its partial sums stay below 32 * 12 * 2^15 < 2^24: exact in int32, and exact as a float. Blocks with NaN codes
-// or wider magnitude spans keep the fp32 path (unit 0).
+// w = W / 2, W = 2 * e2m1 in [-12, 12]. A block's sum of a * w is (Σ N * W) * 2^(s-11). Where every |N| < 2^15,
+// Σ N * W and its partial sums stay below 32 * 12 * 2^15 < 2^24: exact in int32, and exact as a float. Blocks with
+// NaN codes or wider magnitude spans keep the fp32 path (unit 0).
+//
 // MXFP4 decode rows from their e4m3 codes x [rows, in]: values [rows, in] fp32 with each block in the order the
 // nibbles come out of a packed block (even k 0..14, even k 16..30, odd k 1..15, odd k 17..31), and the same values
 // as the integers N [rows, in] with units [rows, in / 32] = 2^(s-11), 0 where the block is not exact (a NaN code, or
@@ -281,7 +282,8 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
 // fp32 through F16C; MXFP4 nibbles become fp16 words through a 16-entry byte table (every e2m1 value is an fp16
 // whose low byte is 0: the table holds the high bytes) and fp32 the same way. 4 FMAs per row, output and block,
 // the 8 outputs' block sums reduced together (reduce_8), then scaled and added in K order as gemm_tiles does. The
-// in-block order differs from gemm_tiles' (the reference allows any; spec note in linear_reference.cpp).
+// in-block order differs from gemm_tiles' (the reference allows any; spec note in linear_reference.cpp). MXFP4
+// blocks that every row can take in integers (g.act_units) skip the conversion: 4 vpmaddwd per row and output.
 // g.act [R, in]: FP8, the rows' values in k order; MXFP4, each block's values as its nibbles come out: even k
 // 0..14, even k 16..30, odd k 1..15, odd k 17..31 (prepare_fp4_decode_rows). FP8 NaN codes (0x7f / 0xff) would
 // convert to finite values here: the largest masked code seen is returned, and a range that saw 0x7f is
@@ -319,7 +321,8 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
       const int64_t b1 = std::min(g.kb, b0 + kChunkBlocks);
       if constexpr (kFp4)
         for (int64_t b = b0; b < b1; ++b)
-          for (int i = 0; i < kTile; ++i) sw[b - b0][i] = dt.e8m0_f32[g.w_scales[(o0 + std::min(i, n - 1)) * g.kb + b]];
+          for (int i = 0; i < kTile; ++i)
+            sw[b - b0][i] = dt.e8m0_f32[g.w_scales[(o0 + std::min(i, n - 1)) * g.kb + b]];
       for (int64_t b = b0; b < b1; ++b) {
         __m256 partial[R];  // the 8 outputs' block sums
         bool exact = kFp4 && g.act_units != nullptr;

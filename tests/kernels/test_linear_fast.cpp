@@ -445,7 +445,8 @@ TEST(LinearFast, Avx2ManyRowsGiveTheReferenceBits) {
       const auto w4 = test::random_fp4_weight(rng, out, in);
       const OrderedWeights w = in_order(w8, w4, tiled);
       std::vector<float> got(static_cast<size_t>(rows * out)), ref(got.size());
-      const std::string where = "rows " + std::to_string(rows) + " out " + std::to_string(out) + (tiled ? " tiled" : "");
+      const std::string where =
+          "rows " + std::to_string(rows) + " out " + std::to_string(out) + (tiled ? " tiled" : "");
       k->fp8_gemm(x.view(), w.fp8(), got.data(), &pool);
       reference_linear_kernels().fp8_gemm(x.view(), w8.view(), ref.data(), nullptr);
       ASSERT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0) << "fp8 " << where;
@@ -489,7 +490,8 @@ TEST(LinearFast, Avx2Fp4DecodeRowsRunAloneWithMixedExactBlocks) {
       k->fp4_gemm(one, w.view(), alone.data(), nullptr);
       for (int o = 0; o < out; ++o) {
         const float t = together[r * out + o];
-        const std::string where = "rows " + std::to_string(rows) + " row " + std::to_string(r) + " out " + std::to_string(o);
+        const std::string where =
+            "rows " + std::to_string(rows) + " row " + std::to_string(r) + " out " + std::to_string(o);
         ASSERT_EQ(std::memcmp(&t, &alone[o], sizeof(float)), 0) << where << ": " << t << " alone " << alone[o];
         if (r == 0) {
           ASSERT_EQ(std::memcmp(&t, &ref[r * out + o], sizeof(float)), 0) << where << " vs the reference";
