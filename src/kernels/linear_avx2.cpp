@@ -48,6 +48,36 @@ inline void fp8_block_to_f32(const uint8_t* src, float* dst) {
   }
 }
 
+// 8 e4m3 codes -> 8 fp16 words worth value * 2^-8, as fp8_block_to_f32 makes them, without its NaN fix: the
+// callers deal with NaN codes (0x7f / 0xff) themselves. 128-bit sign extension and shift: their 256-bit forms take
+// twice the cycles per code on some cores (measured on a Zen 1), and the extension would compete with the
+// conversion for its pipe.
+inline __m128i e4m3_fp16_words(const uint8_t* codes) {
+  const __m128i widened = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  return _mm_and_si128(_mm_slli_epi16(widened, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+}
+
+// The MXFP4 decode's 16-entry byte tables (indexed by an e2m1 code), from LinearDecodeTables::e2m1_f32, made once:
+// fp16_high: the high byte of the value's fp16 (every e2m1 value is an fp16 whose low byte is 0); w_low and
+// w_sign: W = 2 * value as an int16 word, its low byte and its sign byte.
+struct Fp4ByteTables {
+  alignas(16) uint8_t fp16_high[16];
+  alignas(16) int8_t w_low[16], w_sign[16];
+};
+const Fp4ByteTables& fp4_byte_tables() {
+  static const Fp4ByteTables tables = [] {
+    const LinearDecodeTables& dt = linear_decode_tables();
+    Fp4ByteTables t{};
+    for (int c = 0; c < 16; ++c) {
+      t.fp16_high[c] = static_cast<uint8_t>(_cvtss_sh(dt.e2m1_f32[c], _MM_FROUND_TO_NEAREST_INT) >> 8);
+      t.w_low[c] = static_cast<int8_t>(2.0f * dt.e2m1_f32[c]);
+      t.w_sign[c] = static_cast<int8_t>(dt.e2m1_f32[c] < 0.0f ? -1 : 0);
+    }
+    return t;
+  }();
+  return tables;
+}
+
 // 16 packed bytes (32 e2m1 codes, low nibble = even k) -> 32 floats (exact values).
 inline void fp4_block_to_f32(const uint8_t* src, __m256 magnitudes, float* dst) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
@@ -217,7 +247,7 @@ constexpr int kDecodeMaxRows = 4;  // rows that decode_rows_tiles takes (decode,
 // MXFP4 decode rows from their e4m3 codes x [rows, in]: values [rows, in] fp32 with each block in the order the
 // nibbles come out of a packed block (even k 0..14, even k 16..30, odd k 1..15, odd k 17..31), and the same values
 // as the integers N [rows, in] with units [rows, in / 32] = 2^(s-11), 0 where the block is not exact (a NaN code, or
-// some |N| >= 2^15). The values come through fp16 as in decode_rows_tiles (NaN blocks from the table), and
+// some |N| >= 2^15). The values come through fp16 (e4m3_fp16_words; NaN blocks from the table), and
 // N = value * 2^(10-s): exact integers.
 void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n, float* units) {
   const LinearDecodeTables& dt = linear_decode_tables();
@@ -226,7 +256,6 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
                                          0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f), low_bits = _mm256_set1_epi8(0x0f);
   const __m256i one = _mm256_set1_epi8(1), above_every_step = _mm256_set1_epi8(16);
-  const __m128i fp16_mask = _mm_set1_epi16(static_cast<short>(0xBF80));
   const __m256 sign_bit = _mm256_set1_ps(-0.0f), limit = _mm256_set1_ps(32768.0f);
   for (int64_t b = 0; b < x.rows * (x.k / 32); ++b) {
     const uint8_t* c = x.codes + 32 * b;
@@ -257,10 +286,7 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
     __m256 largest = _mm256_setzero_ps();
     __m256i integers[4];
     for (int q = 0; q < 4; ++q) {
-      const __m128i half = _mm_and_si128(
-          _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ordered + 8 * q))), 7),
-          fp16_mask);
-      const __m256 value = _mm256_mul_ps(_mm256_cvtph_ps(half), _mm256_set1_ps(256.0f));
+      const __m256 value = _mm256_mul_ps(_mm256_cvtph_ps(e4m3_fp16_words(ordered + 8 * q)), _mm256_set1_ps(256.0f));
       _mm256_storeu_ps(v + 8 * q, value);
       const __m256 as_n = _mm256_mul_ps(value, to_n);
       largest = _mm256_max_ps(largest, _mm256_andnot_ps(sign_bit, as_n));
@@ -293,21 +319,12 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
   const LinearDecodeTables& dt = linear_decode_tables();
   const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
   const __m256 unscale = _mm256_set1_ps(kFp4 ? 1.0f : 256.0f);
-  const __m128i fp16_mask = _mm_set1_epi16(static_cast<short>(0xBF80));
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
   const __m128i nibble = _mm_set1_epi8(0x0f);
-  alignas(16) uint8_t fp16_high[16];
-  for (int c = 0; c < 16; ++c)
-    fp16_high[c] = static_cast<uint8_t>(_cvtss_sh(dt.e2m1_f32[c], _MM_FROUND_TO_NEAREST_INT) >> 8);
-  const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(fp16_high));
-  // W = 2 * e2m1 as int16 words: their low bytes and their sign bytes, each from a 16-entry table.
-  alignas(16) int8_t w_low[16], w_sign[16];
-  for (int c = 0; c < 16; ++c) {
-    w_low[c] = static_cast<int8_t>(2.0f * dt.e2m1_f32[c]);
-    w_sign[c] = static_cast<int8_t>(dt.e2m1_f32[c] < 0.0f ? -1 : 0);
-  }
-  const __m128i w_low_table = _mm_load_si128(reinterpret_cast<const __m128i*>(w_low));
-  const __m128i w_sign_table = _mm_load_si128(reinterpret_cast<const __m128i*>(w_sign));
+  const Fp4ByteTables& byte_tables = fp4_byte_tables();
+  const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.fp16_high));
+  const __m128i w_low_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.w_low));
+  const __m128i w_sign_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.w_sign));
   __m256i nan_seen = _mm256_setzero_si256();
   alignas(32) float sw[kChunkBlocks][kTile];  // MXFP4: the tile's weight scales of a chunk, [block][output]
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
@@ -378,13 +395,7 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
               nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(
                                                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)),
                                                        magnitude_bits));
-              // 128-bit sign extensions and shifts: their 256-bit forms take twice the cycles per code on some
-              // cores (measured on a Zen 1), and the extension would compete with the conversion for its pipe.
-              for (int q = 0; q < 4; ++q)
-                w[q] = _mm256_cvtph_ps(_mm_and_si128(
-                    _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 8 * q))),
-                                   7),
-                    fp16_mask));
+              for (int q = 0; q < 4; ++q) w[q] = _mm256_cvtph_ps(e4m3_fp16_words(src + 8 * q));
             }
             for (int r = 0; r < R; ++r) {
               const float* ab = g.act + r * g.in + b * 32;

@@ -457,7 +457,7 @@ TEST(LinearFast, Avx2ManyRowsGiveTheReferenceBits) {
 }
 
 // The AVX2 decode path (1..4 rows, row-major MXFP4) multiplies a block in integers only where every row's block is
-// exact (linear_avx2.cpp, exact_fp4_activations), else in fp32 FMAs. In a block that could be exact, any fp32 order
+// exact (linear_avx2.cpp, prepare_fp4_decode_rows), else in fp32 FMAs. In a block that could be exact, any fp32 order
 // is exact too, so each row gets the same bits alone as with rows whose blocks are not exact; and a row whose
 // blocks all could be exact gets the reference's bits. Blocks here are narrow (small dyadic codes: integers), wide
 // (random codes, some spanning more than 2^11 in steps), or hold a NaN.
@@ -473,8 +473,8 @@ TEST(LinearFast, Avx2Fp4DecodeRowsRunAloneWithMixedExactBlocks) {
     for (int r = 0; r < rows; ++r)
       for (int b = 0; b < in / 32; ++b) {
         uint8_t* block = x.codes.data() + r * in + 32 * b;
-        const int kind = r == 0 ? 0 : static_cast<int>(rng() % 3);  // row 0: every block could be exact
-        if (kind == 0)
+        const bool narrow_block = r == 0 || rng() % 3 == 0;  // row 0: every block could be exact
+        if (narrow_block)
           for (int j = 0; j < 32; ++j) block[j] = narrow[rng() % std::size(narrow)];
         if (r == rows - 1 && b == 1) {  // one NaN, in the last row only, among large codes that would be exact
           for (int j = 0; j < 32; ++j) block[j] = static_cast<uint8_t>(0x70 + (rng() % 15) + (rng() % 2) * 0x80);
