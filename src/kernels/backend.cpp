@@ -117,7 +117,7 @@ Backend simd_backend(const char* name) {
       .hc_post = hc_post_threaded,
       .rope_rotate = rope_rotate_pairs,
       .index_scores = index_scores_packed16,
-      .index_scores_rows = index_scores_rows_packed16,
+      .index_scores_rows = index_scores_rows_avx2,
       .topk_select = best_topk().select,
       .sparse_attention = best_sparse_attention().attend,
       .dequant_window_row = reference_kv_dequant().window_row,

@@ -79,16 +79,18 @@ struct IndexScoreRowsArgs {
 void index_scores_rows_reference(const IndexScoreRowsArgs& args);
 // Rows dequantised, then index_scores_packed16 (same bits).
 void index_scores_rows_packed16(const IndexScoreRowsArgs& args);
-// AVX-512 VNNI (vpdpbusd) on the packed bytes, same bits as the oracle. q and k are e2m1 times power-of-two
+// The exact-integer kernels on the packed bytes, same bits as the oracle. q and k are e2m1 times power-of-two
 // scales: q_d = iq_d * 2^eq_b, k_d = ik_d * 2^(u_b - 128) with iq, ik integers in [-12, 12] (twice the e2m1
 // value), so a block's products are integers times 2^E_b, E_b = eq_b + u_b - 128, and the dot product is
 // N * 2^E_min with N = Σ_b 2^(E_b - E_min) Σ_{d in b} iq_d ik_d an exact integer. Every partial sum of the
 // reference's in-order fp32 loop is such an integer multiple of 2^E_min bounded by Σ_b 12 Σ|iq_b| 2^(E_b - E_min);
 // when that bound is < 2^24 and 2^E_min is a normal float (E_min in [-126, 103]), every product and partial sum
-// is exact in fp32, so the reference's rounded sum IS N * 2^E_min. The kernel checks this per (query, head, key)
-// and computes that group of 16 keys with index_dots16 on dequantised keys where it fails, and the whole call
-// that way when q is not MXFP4-shaped; either way the bits are the oracle's. The head weighting is
-// weigh_heads16_avx512 (same bits as the scalar formula). nullptr when the CPU lacks AVX-512 F/BW/VNNI.
+// is exact in fp32, so the reference's rounded sum IS N * 2^E_min. The kernels check this per (query, head, key)
+// and compute that group of 16 keys with index_dots16 on dequantised keys where it fails, and the whole call
+// that way when q is not MXFP4-shaped; either way the bits are the oracle's (kernels/index_score_exact.h).
+// AVX2 (vpmaddubsw, the x86-64-v3 baseline; heads weighed by weigh_heads16_avx2):
+void index_scores_rows_avx2(const IndexScoreRowsArgs& args);
+// AVX-512 VNNI (vpdpbusd; weigh_heads16_avx512); nullptr when the CPU lacks AVX-512 F/BW/VNNI.
 using IndexScoreRowsKernel = void (*)(const IndexScoreRowsArgs& args);
 IndexScoreRowsKernel index_scores_rows_vnni();
 

@@ -207,6 +207,53 @@ TEST(IndexScoreRows, PartialSumsPastTwoTo24TakeTheFallback) {
   EXPECT_GT(found, 0) << "no sum whose fp32 rounding shows in the bf16 score";
 }
 
+TEST(IndexScoreRows, KeyScaleSpreadPastElevenTakesTheFallback) {
+  // One head, one key, dim 128; q's blocks 0, 1 and 3 share one exponent (q spread 0), the key's block 1 scale is
+  // 2^12 above blocks 0 and 3. Blocks 0 and 3 add q·k = 1 unit each, block 1 adds S * 2^12 units with S = 48 m (m odd)
+  // in [2^12, 2^12 * 9/8): an odd multiple of 2^16 in [2^24, 2^25), a bf16 tie. The reference's in-order sum drops
+  // both units (each a tie at ulp 2, to even) and rounds the tie to even, below the exact sum's bf16 for half the m.
+  // The head's bound total is small (12 * (13 + 384 + 13) << 11 < 2^24), so only the spread rule (key spread + q
+  // spread <= 11, at group and lane level) stands between this key and a wrong exact-integer score.
+  const int64_t dim = 128;
+  const int ik_code[13] = {0, 1, 2, 3, 4, -1, 5, -1, 6, -1, -1, -1, 7};  // e2m1 code of the value ik / 2
+  int found = 0;
+  for (int64_t m = 87; m <= 95; m += 2) {
+    const int64_t s = 48 * m;
+    Case c;
+    c.queries = 1;
+    c.keys = 1;
+    c.heads = 1;
+    c.dim = dim;
+    c.q.assign(static_cast<size_t>(dim), 0.0f);
+    c.w = {1.0f};
+    for (int64_t d : {0, 96}) {
+      c.q[static_cast<size_t>(d)] = 0.5f;      // iq 1 against ik 1
+      c.q[static_cast<size_t>(d + 1)] = 6.0f;  // iq 12 against ik 0: the block's exponent equals block 1's
+    }
+    for (int64_t d = 32; d < 64; ++d) c.q[static_cast<size_t>(d)] = 6.0f;  // iq 12
+    std::vector<uint8_t> row(static_cast<size_t>(dim / 2 + dim / 32), 0);
+    row[0] = 0x01;   // element 0: ik 1, element 1: ik 0
+    row[48] = 0x01;  // element 96: ik 1, element 97: ik 0
+    int64_t left = s / 12;  // Σ ik over block 1
+    for (int64_t d = 32; d < 64 && left > 0; ++d) {
+      int ik = 12;
+      while (ik > left || ik_code[ik] < 0) --ik;
+      left -= ik;
+      row[static_cast<size_t>(d / 2)] |= static_cast<uint8_t>(ik_code[ik] << (d % 2 == 0 ? 0 : 4));
+    }
+    ASSERT_EQ(left, 0);
+    const uint8_t scales[4] = {120, 132, 120, 120};
+    std::copy(scales, scales + 4, row.begin() + dim / 2);
+    c.rows = {row};
+    const std::vector<float> want = run(c, index_scores_rows_reference);
+    const float exact = std::ldexp(static_cast<float>(s * 4096 + 2), -9);  // 2^(-1 + 120 - 128) per unit
+    if (round_to_bf16(exact) == want[0]) continue;
+    ++found;
+    for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " m " + std::to_string(m));
+  }
+  EXPECT_GT(found, 0) << "no sum whose fp32 rounding shows in the bf16 score";
+}
+
 TEST(IndexScoreRows, RowsMatchTheFp32KeyEntry) {
   // index_scores_rows of the stored rows == index_scores of the dequantised keys, same table.
   const Case c = make_case(7, 2, 40, 32, 128, 123, 127);

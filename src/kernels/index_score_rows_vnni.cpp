@@ -1,0 +1,210 @@
+// The exact-integer indexer dots on AVX-512 VNNI (kernels/index_score_exact.h): vpdpbusd on the packed MXFP4 bytes
+// of 16 keys at a time, same bits as the oracle.
+// GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/index_score_exact.h"
+
+namespace dsflash::index_exact {
+namespace {
+#define DSFLASH_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+// 16x16 transpose of 32-bit elements: r[i] lane j -> r[j] lane i.
+DSFLASH_VNNI inline void transpose16x16(__m512i* r) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);      // per 128-bit lane L: r_i[4L], r_i+1[4L], r_i[4L+1], ...
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);  // r_i[4L+2], r_i+1[4L+2], r_i[4L+3], r_i+1[4L+3]
+  }
+  __m512i u[16];  // u[4g + c] lane L = rows 4g..4g+3 of column 4L + c
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // a 4x4 transpose of the 128-bit lanes of u[c], u[4+c], u[8+c], u[12+c]
+    const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+  }
+}
+
+// 16 stored key rows (lanes valid, the rest read as ik = 0, scale code 127) -> kq [dim/4][16][4] bytes (ik + 12,
+// four elements of one key per 32-bit lane) and ub [dim/32][16] scale codes; false when a valid row has a NaN scale
+// code (255). dim <= 128 and a multiple of 32.
+// Each row's nibbles (dim/2 bytes, one zmm) become (ik + 12) bytes by a table lookup; unpacking low and high
+// nibbles interleaves them back in element order within each 128-bit lane (lane L = block L): `lo` holds elements
+// 32L..32L+15 (quads 8L..8L+3), `hi` elements 32L+16..32L+31 (quads 8L+4..8L+7). Transposing 16 keys' vectors
+// then gives one vector per quad with the 16 keys in its 32-bit lanes.
+DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim, uint8_t* kq, int32_t* ub) {
+  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTwiceE2m1Plus12)));
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  const int64_t row_bytes = dim / 2, quads = dim / 4;
+  const __mmask64 byte_mask = row_bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << row_bytes) - 1;
+  for (int half = 0; half < 2; ++half) {
+    __m512i v[kIndexKeyLanes];
+    for (int l = 0; l < kIndexKeyLanes; ++l) {
+      const __m512i bytes = l < lanes ? _mm512_maskz_loadu_epi8(byte_mask, rows[l]) : _mm512_setzero_si512();
+      const __m512i low = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, nibble));
+      const __m512i high = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble));
+      v[l] = half == 0 ? _mm512_unpacklo_epi8(low, high) : _mm512_unpackhi_epi8(low, high);
+    }
+    transpose16x16(v);
+    for (int i = 0; i < kIndexKeyLanes; ++i) {
+      const int64_t quad = 8 * (i / 4) + 4 * half + i % 4;
+      if (quad < quads) _mm512_storeu_si512(kq + quad * 64, v[i]);
+    }
+  }
+  // Scale codes: each row's dim/32 (<= 4) bytes in one 32-bit lane (missing rows: 127), then one vector per block.
+  const int blocks = static_cast<int>(dim / 32);
+  alignas(64) uint32_t codes[kIndexKeyLanes];
+  for (int l = 0; l < kIndexKeyLanes; ++l) {
+    codes[l] = 0x7f7f7f7fu;
+    if (l < lanes) std::memcpy(&codes[l], rows[l] + row_bytes, static_cast<size_t>(blocks));
+  }
+  const __m512i words = _mm512_load_si512(codes);
+  const __mmask64 block_bytes = 0x1111111111111111ull * ((1u << blocks) - 1);  // bytes < blocks of every lane
+  const bool finite = _mm512_mask_cmpeq_epi8_mask(block_bytes, words, _mm512_set1_epi8(static_cast<char>(0xff))) == 0;
+  for (int b = 0; b < blocks; ++b)
+    _mm512_storeu_si512(ub + b * kIndexKeyLanes, _mm512_and_si512(_mm512_srli_epi32(words, 8 * b), _mm512_set1_epi32(0xff)));
+  return finite;
+}
+
+// kH heads of one query against 16 keys: dots [kH][16]. key_exp [kBlocks]: the keys' scale exponents u - 128 per
+// block (lanes = keys). kChecked: test every (head, valid lane) for exactness and return false (dots unspecified)
+// when one fails; false when the caller has shown that none can (exact_dots16). The head and block counts are
+// template parameters so the accumulators stay in registers; a block of q that is all zero (bound 0) adds exactly 0
+// (iq = 0, Σ iq = 0), so only its exponent is left out of the minimum.
+template <int kH, int kBlocks, bool kChecked>
+DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_exp, const QueryHeadInts* q,
+                                          __mmask16 valid, float* dots) {
+  // Per head the smallest exponent E_min over its nonzero blocks (a head without one keeps 2^30: its dots are 0).
+  // A block's shift E_b - E_min is formed where it is used; for an all-zero block it may be anything (negative:
+  // vpsllvd gives 0), as that block's partial is 0.
+  __m512i e_min[kH];
+#pragma GCC unroll 8
+  for (int h = 0; h < kH; ++h) {
+    const QueryHeadInts& qi = q[h];
+    __m512i e[kBlocks];
+    __m512i lo = _mm512_set1_epi32(1 << 30);
+    for (int b = 0; b < kBlocks; ++b) {
+      e[b] = _mm512_add_epi32(key_exp[b], _mm512_set1_epi32(qi.exponent[b]));
+      if (qi.bound[b] != 0) lo = _mm512_min_epi32(lo, e[b]);
+    }
+    e_min[h] = lo;
+    if constexpr (kChecked) {
+      if (!qi.any_block) continue;
+      // s > 11 fails the check, so the shifts used below are all <= 11 on valid lanes; lanes past the valid ones
+      // may hold any shift, their results are never stored.
+      __m512i shift[kBlocks];
+      __mmask16 ok = valid;
+      for (int b = 0; b < kBlocks; ++b) {
+        shift[b] = qi.bound[b] == 0 ? _mm512_setzero_si512() : _mm512_sub_epi32(e[b], lo);
+        ok &= _mm512_cmple_epi32_mask(shift[b], _mm512_set1_epi32(11));
+      }
+      if (!qi.small_total) {
+        __m512i total = _mm512_setzero_si512();
+        for (int b = 0; b < kBlocks; ++b) {
+          total = _mm512_add_epi32(total, _mm512_sllv_epi32(_mm512_set1_epi32(qi.bound[b]), shift[b]));
+        }
+        ok &= _mm512_cmplt_epi32_mask(total, _mm512_set1_epi32(1 << 24));
+      }
+      ok &= _mm512_cmpge_epi32_mask(lo, _mm512_set1_epi32(-126));
+      ok &= _mm512_cmple_epi32_mask(lo, _mm512_set1_epi32(103));
+      if (ok != valid) return false;
+    }
+  }
+  __m512i n[kH];
+#pragma GCC unroll 8
+  for (int h = 0; h < kH; ++h) n[h] = _mm512_setzero_si512();
+  for (int b = 0; b < kBlocks; ++b) {
+    __m512i acc[kH];
+#pragma GCC unroll 8
+    for (int h = 0; h < kH; ++h) acc[h] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int quad = b * 8; quad < b * 8 + 8; ++quad) {
+      const __m512i k = _mm512_loadu_si512(kq + quad * 64);
+#pragma GCC unroll 8
+      for (int h = 0; h < kH; ++h) {
+        int32_t q4;
+        std::memcpy(&q4, q[h].iq + quad * 4, sizeof(q4));
+        acc[h] = _mm512_dpbusd_epi32(acc[h], k, _mm512_set1_epi32(q4));
+      }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < kH; ++h) {
+      const __m512i p = _mm512_sub_epi32(acc[h], _mm512_set1_epi32(q[h].offset[b]));
+      const __m512i shift = _mm512_sub_epi32(_mm512_add_epi32(key_exp[b], _mm512_set1_epi32(q[h].exponent[b])), e_min[h]);
+      n[h] = _mm512_add_epi32(n[h], _mm512_sllv_epi32(p, shift));
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < kH; ++h) {
+    float* out = dots + h * kIndexKeyLanes;
+    if (!q[h].any_block) {
+      _mm512_storeu_ps(out, _mm512_setzero_ps());
+      continue;
+    }
+    const __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e_min[h], _mm512_set1_epi32(127)), 23));
+    _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_cvtepi32_ps(n[h]), scale));
+  }
+  return true;
+}
+
+template <int kBlocks, bool kChecked>
+DSFLASH_VNNI bool exact_dots_all_heads(const uint8_t* kq, const __m512i* key_exp, const QueryHeadInts* heads_ints,
+                                       int heads, __mmask16 valid, float* dots) {
+  int h = 0;
+  for (; h + 8 <= heads; h += 8) {
+    if (!exact_dots_heads<8, kBlocks, kChecked>(kq, key_exp, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
+  }
+  if (h + 4 <= heads) {
+    if (!exact_dots_heads<4, kBlocks, kChecked>(kq, key_exp, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
+    h += 4;
+  }
+  for (; h < heads; ++h) {
+    if (!exact_dots_heads<1, kBlocks, kChecked>(kq, key_exp, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
+  }
+  return true;
+}
+
+// ExactDots16: dots [heads][16] of one query against 16 keys packed as (ik + 12) bytes kq [dim/4][16][4] with ue8m0
+// scale codes ub [dim/32][16]; the per-(head, lane) checks are skipped when the group passes them all at once
+// (group_passes_all_checks).
+template <int kBlocks>
+DSFLASH_VNNI bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints,
+                               const QueryExponents& qx, int heads, int lanes, float* dots) {
+  const __mmask16 valid = static_cast<__mmask16>((1u << lanes) - 1u);
+  __m512i key_exp[kBlocks];
+  for (int b = 0; b < kBlocks; ++b) key_exp[b] = _mm512_sub_epi32(_mm512_loadu_si512(ub + b * 16), _mm512_set1_epi32(128));
+  if (group_passes_all_checks(ub, kBlocks, lanes, qx)) {
+    return exact_dots_all_heads<kBlocks, false>(kq, key_exp, heads_ints, heads, valid, dots);
+  }
+  return exact_dots_all_heads<kBlocks, true>(kq, key_exp, heads_ints, heads, valid, dots);
+}
+
+}  // namespace
+
+const ExactIndexKernels* vnni_exact_index_kernels() {
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512vnni");
+  static const ExactIndexKernels kernels{
+      .pack_group = pack_group,
+      .exact_dots = {nullptr, exact_dots16<1>, exact_dots16<2>, exact_dots16<3>, exact_dots16<4>},
+      .weigh = weigh_heads16_avx512(),
+  };
+  return supported ? &kernels : nullptr;
+}
+
+}  // namespace dsflash::index_exact
