@@ -16,7 +16,6 @@
 #include "core/thread_pool.h"
 #include "kernels/linear_impl.h"
 #include "kernels/linear_tables.h"
-#include "kernels/transpose8.h"
 
 namespace dsflash::linear_impl {
 
@@ -33,25 +32,11 @@ std::span<float> widen_activations(const Fp8Activations& x, ThreadScratch& scrat
   return out;
 }
 
-// 32 e4m3 codes -> 32 floats equal to value * 2^-8: sign-extended code << 7 puts the sign in bit 15 and
-// the 7 magnitude bits in the fp16 exponent/mantissa fields (bit 14 cleared by the mask).
-inline void fp8_block_to_f32(const uint8_t* src, float* dst) {
-  const __m256i mask = _mm256_set1_epi16(static_cast<short>(0xBF80));
-  for (int h = 0; h < 2; ++h) {
-    __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * h)));
-    // The NaN codes 0x7f / 0xff would land on a finite fp16; force the fp16 NaN exponent there.
-    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(s, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
-    s = _mm256_and_si256(_mm256_slli_epi16(s, 7), mask);
-    s = _mm256_or_si256(s, _mm256_and_si256(nan, _mm256_set1_epi16(0x7e00)));
-    _mm256_store_ps(dst + 16 * h, _mm256_cvtph_ps(_mm256_castsi256_si128(s)));
-    _mm256_store_ps(dst + 16 * h + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(s, 1)));
-  }
-}
-
-// 8 e4m3 codes -> 8 fp16 words worth value * 2^-8, as fp8_block_to_f32 makes them, without its NaN fix: the
-// callers deal with NaN codes (0x7f / 0xff) themselves. 128-bit sign extension and shift: their 256-bit forms take
-// twice the cycles per code on some cores (measured on a Zen 1), and the extension would compete with the
-// conversion for its pipe.
+// 8 e4m3 codes -> 8 fp16 words worth value * 2^-8: the sign-extended code << 7 puts the sign in bit 15 and the 7
+// magnitude bits in the fp16 exponent/mantissa fields (bit 14 cleared by the mask), subnormals included. NaN codes
+// (0x7f / 0xff) land on finite words: the callers deal with them. 128-bit sign extension and shift: their 256-bit
+// forms take twice the cycles per code on some cores (measured on a Zen 1), and the extension would compete with
+// the conversion for its pipe.
 inline __m128i e4m3_fp16_words(const uint8_t* codes) {
   const __m128i widened = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
   return _mm_and_si128(_mm_slli_epi16(widened, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
@@ -76,23 +61,6 @@ const Fp4ByteTables& fp4_byte_tables() {
     return t;
   }();
   return tables;
-}
-
-// 16 packed bytes (32 e2m1 codes, low nibble = even k) -> 32 floats (exact values).
-inline void fp4_block_to_f32(const uint8_t* src, __m256 magnitudes, float* dst) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-  const __m128i nib = _mm_set1_epi8(0x0f);
-  const __m128i lo = _mm_and_si128(packed, nib);
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nib);
-  const __m128i codes[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};  // k order
-  const __m256i sign_bit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  for (int h = 0; h < 2; ++h)
-    for (int q = 0; q < 2; ++q) {
-      __m256i c = _mm256_cvtepu8_epi32(q == 0 ? codes[h] : _mm_srli_si128(codes[h], 8));
-      __m256 mag = _mm256_permutevar8x32_ps(magnitudes, c);  // low 3 bits index the grid
-      __m256i sign = _mm256_and_si256(_mm256_slli_epi32(c, 28), sign_bit);
-      _mm256_store_ps(dst + 16 * h + 8 * q, _mm256_or_ps(mag, _mm256_castsi256_ps(sign)));
-    }
 }
 
 // 8 vectors (one per output) -> one vector whose lane i is the sum of vector i's lanes.
@@ -134,33 +102,77 @@ constexpr int kLaneRows = 3;          // rows at a time
 
 // The weights of NT tiles from output o0 (n of them real; the rest repeat the last) for blocks [b0, b1): lanes
 // [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth].
+// 8 outputs' 32 bytes of one block in k order (FP8: the e4m3 codes; MXFP4: the high bytes of the values' fp16
+// words) -> lanes [32 k][kLaneWidth] fp32, this tile's 8 columns: FP8 value * 2^-8, MXFP4 the value. The bytes are
+// transposed 8 x 8 first, so each k's 8 outputs convert as one vector of fp16 words: an eighth of the data moved by
+// transposing fp32, and no lane crossing. FP8 words are the sign-extended code << 7 with bit 14 cleared (as
+// e4m3_fp16_words); kNanCodes also turns the NaN codes (0x7f / 0xff, all 7 magnitude bits set) into fp16 NaNs.
+template <bool kFp4, bool kNanCodes>
+inline void block_bytes_to_lanes(const uint8_t* const* bytes, float* lanes) {
+  const __m128i zero = _mm_setzero_si128();
+  for (int q = 0; q < 4; ++q) {  // k 8q .. 8q + 7
+    __m128i r[kTile];
+    for (int i = 0; i < kTile; ++i) r[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes[i] + 8 * q));
+    const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
+    const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
+    const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);  // k 0-3 / 4-7, outputs 0-3
+    const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);  // outputs 4-7
+    // k pairs (2j, 2j + 1) of the 8: 8 outputs' bytes each
+    const __m128i pairs[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2), _mm_unpacklo_epi32(b1, b3),
+                              _mm_unpackhi_epi32(b1, b3)};
+    for (int j = 0; j < 4; ++j)
+      for (int h = 0; h < 2; ++h) {
+        __m128i words = h == 0 ? _mm_unpacklo_epi8(zero, pairs[j]) : _mm_unpackhi_epi8(zero, pairs[j]);  // byte << 8
+        if constexpr (!kFp4) {
+          words = _mm_and_si128(_mm_srai_epi16(words, 1), _mm_set1_epi16(static_cast<short>(0xBF80)));
+          if constexpr (kNanCodes) {
+            const __m128i magnitude = _mm_set1_epi16(0x3F80);
+            const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(words, magnitude), magnitude);
+            words = _mm_or_si128(words, _mm_and_si128(nan, _mm_set1_epi16(0x7E00)));
+          }
+        }
+        _mm256_store_ps(lanes + (8 * q + 2 * j + h) * kLaneWidth, _mm256_cvtph_ps(words));
+      }
+  }
+}
+
 template <bool kFp4, int NT>
 void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t b1, float* lanes, float* sw) {
   const LinearDecodeTables& dt = linear_decode_tables();
-  const __m256 magnitudes = _mm256_loadu_ps(dt.e2m1_f32);
   const Fp8Weight w8{g.w, g.w_scales, g.out, g.in, g.tile_major};
   const Fp4Weight w4{g.w, g.w_scales, g.out, g.in, g.tile_major};
+  const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(fp4_byte_tables().fp16_high));
+  const __m128i nibble = _mm_set1_epi8(0x0f);
+  const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
   for (int64_t b = b0; b < b1; ++b)
     for (int t = 0; t < NT; ++t) {
-      alignas(32) float rows[kTile][32];  // [output][k]
+      alignas(32) uint8_t gathered[kTile][32];  // FP8 tile-major codes, or MXFP4's fp16 high bytes in k order
+      const uint8_t* bytes[kTile];
       float* scales = sw + (b - b0) * kLaneWidth + kTile * t;
+      __m256i largest = _mm256_setzero_si256();  // FP8: the largest magnitude code, to spot NaN codes
       for (int i = 0; i < kTile; ++i) {
         const int64_t o = o0 + std::min(kTile * t + i, n - 1);
         if constexpr (kFp4) {
-          uint8_t gathered[16];
-          fp4_block_to_f32(fp4_block_packed(w4, o, b, gathered), magnitudes, rows[i]);
+          uint8_t packed[16];  // tile-major blocks are gathered here
+          const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fp4_block_packed(w4, o, b, packed)));
+          const __m128i even = _mm_shuffle_epi8(fp16_table, _mm_and_si128(raw, nibble));
+          const __m128i odd = _mm_shuffle_epi8(fp16_table, _mm_and_si128(_mm_srli_epi16(raw, 4), nibble));
+          _mm_store_si128(reinterpret_cast<__m128i*>(gathered[i]), _mm_unpacklo_epi8(even, odd));
+          _mm_store_si128(reinterpret_cast<__m128i*>(gathered[i] + 16), _mm_unpackhi_epi8(even, odd));
+          bytes[i] = gathered[i];
           scales[i] = dt.e8m0_f32[g.w_scales[fp4_scale_index(o, b, g.kb, g.tile_major)]];
         } else {
-          uint8_t gathered[32];
-          fp8_block_to_f32(fp8_block_codes(w8, o, b, gathered), rows[i]);
+          bytes[i] = fp8_block_codes(w8, o, b, gathered[i]);
+          largest = _mm256_max_epu8(largest, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes[i])),
+                                                              magnitude_bits));
           scales[i] = dt.e8m0_f32[g.w_scales[(o / 32) * g.kb + b]];
         }
       }
-      for (int q = 0; q < 4; ++q) {  // k 8q .. 8q + 7
-        __m256 v[kTile];
-        for (int i = 0; i < kTile; ++i) v[i] = _mm256_load_ps(rows[i] + 8 * q);
-        transpose8(v);
-        for (int j = 0; j < 8; ++j) _mm256_store_ps(lanes + ((b - b0) * 32 + 8 * q + j) * kLaneWidth + kTile * t, v[j]);
+      float* tile_lanes = lanes + (b - b0) * 32 * kLaneWidth + kTile * t;
+      if (!kFp4 && _mm256_movemask_epi8(_mm256_cmpeq_epi8(largest, magnitude_bits)) != 0) {
+        block_bytes_to_lanes<kFp4, true>(bytes, tile_lanes);
+      } else {
+        block_bytes_to_lanes<kFp4, false>(bytes, tile_lanes);
       }
     }
 }

@@ -782,7 +782,7 @@ TEST(LinearFast, RealisticOperandsAgreeBitForBitAlmostEverywhere) {
 
 TEST(LinearFast, NanCodesAndScaleOrderEdgeCasesMatchReference) {
   for (const LinearKernels* k : fast_kernels())
-    for (int rows : {1, 3}) {  // the decode path and the multi-row path
+    for (int rows : {1, 3, 7}) {  // the decode paths (AVX2: up to 4 rows) and the multi-row path
       test::Fp8ActData x;
       x.rows = rows;
       x.k = 64;
