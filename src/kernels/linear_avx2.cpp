@@ -32,14 +32,14 @@ std::span<float> widen_activations(const Fp8Activations& x, ThreadScratch& scrat
   return out;
 }
 
-// 8 e4m3 codes -> 8 fp16 words worth value * 2^-8: the sign-extended code << 7 puts the sign in bit 15 and the 7
-// magnitude bits in the fp16 exponent/mantissa fields (bit 14 cleared by the mask), subnormals included. NaN codes
-// (0x7f / 0xff) land on finite words: the callers deal with them. 128-bit sign extension and shift: their 256-bit
-// forms take twice the cycles per code on some cores (measured on a Zen 1), and the extension would compete with
-// the conversion for its pipe.
-inline __m128i e4m3_fp16_words(const uint8_t* codes) {
-  const __m128i widened = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
-  return _mm_and_si128(_mm_slli_epi16(widened, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+// 8 words each holding an e4m3 code in its high byte (the codes unpacked above zero bytes) -> 8 fp16 words worth
+// value * 2^-8: the arithmetic shift right by one is the sign-extended code << 7, which puts the sign in bit 15 and
+// the 7 magnitude bits in the fp16 exponent/mantissa fields (bit 14 cleared by the mask), subnormals included. NaN
+// codes (0x7f / 0xff) land on finite words: the callers deal with them. 128-bit forms: on a Zen 1 the 256-bit ones
+// take twice the cycles per code. (In a loop of conversions and FMAs alone this costs nothing over the conversion
+// and FMA, where vpmovsxbw and a left shift cost 9%; in the one-row decode the two measure alike.)
+inline __m128i e4m3_fp16_words(__m128i code_high_words) {
+  return _mm_and_si128(_mm_srai_epi16(code_high_words, 1), _mm_set1_epi16(static_cast<short>(0xBF80)));
 }
 
 // The MXFP4 decode's 16-entry byte tables (indexed by an e2m1 code), from LinearDecodeTables::e2m1_f32, made once:
@@ -105,8 +105,8 @@ constexpr int kLaneRows = 3;          // rows at a time
 // 8 outputs' 32 bytes of one block in k order (FP8: the e4m3 codes; MXFP4: the high bytes of the values' fp16
 // words) -> lanes [32 k][kLaneWidth] fp32, this tile's 8 columns: FP8 value * 2^-8, MXFP4 the value. The bytes are
 // transposed 8 x 8 first, so each k's 8 outputs convert as one vector of fp16 words: an eighth of the data moved by
-// transposing fp32, and no lane crossing. FP8 words are the sign-extended code << 7 with bit 14 cleared (as
-// e4m3_fp16_words); kNanCodes also turns the NaN codes (0x7f / 0xff, all 7 magnitude bits set) into fp16 NaNs.
+// transposing fp32, and no lane crossing. FP8 words come from e4m3_fp16_words; kNanCodes also turns the NaN codes
+// (0x7f / 0xff, all 7 magnitude bits set) into fp16 NaNs.
 template <bool kFp4, bool kNanCodes>
 inline void block_bytes_to_lanes(const uint8_t* const* bytes, float* lanes) {
   const __m128i zero = _mm_setzero_si128();
@@ -124,7 +124,7 @@ inline void block_bytes_to_lanes(const uint8_t* const* bytes, float* lanes) {
       for (int h = 0; h < 2; ++h) {
         __m128i words = h == 0 ? _mm_unpacklo_epi8(zero, pairs[j]) : _mm_unpackhi_epi8(zero, pairs[j]);  // byte << 8
         if constexpr (!kFp4) {
-          words = _mm_and_si128(_mm_srai_epi16(words, 1), _mm_set1_epi16(static_cast<short>(0xBF80)));
+          words = e4m3_fp16_words(words);
           if constexpr (kNanCodes) {
             const __m128i magnitude = _mm_set1_epi16(0x3F80);
             const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(words, magnitude), magnitude);
@@ -247,6 +247,10 @@ void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   if (tile < tile_end) tiles.template operator()<1>(tile);
 }
 
+// How far ahead of a row the decode prefetches. The 8 row streams of a tile defeat the hardware prefetchers (as on
+// AVX-512, linear_avx512_row_major.cpp). bench_linear avx2 rows:1 (Zen 1, 2 threads), alternated 2x: wq_b_fp8
+// 6.2-6.3 -> 7.6 GB/s, w2_mxfp4 6.1-6.2 -> 7.0, wo_b_fp8 7.6 alike; 512, 1024 and 2048 bytes measured alike.
+constexpr int64_t kDecodePrefetchBytes = 1024;
 constexpr int kDecodeMaxRows = 4;  // rows that decode_rows_tiles takes (decode, and the few tokens of an expert)
 
 // An MXFP4 block's dot product in exact integers (as the AVX-512 one-row decode, linear_avx512_tiled.cpp): an e4m3
@@ -297,8 +301,12 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
     const __m256 to_n = _mm256_set1_ps(std::ldexp(1.0f, 10 - smallest));
     __m256 largest = _mm256_setzero_ps();
     __m256i integers[4];
+    const __m128i zero = _mm_setzero_si128(), low = _mm256_castsi256_si128(codes);
+    const __m128i high = _mm256_extracti128_si256(codes, 1);
+    const __m128i words[4] = {_mm_unpacklo_epi8(zero, low), _mm_unpackhi_epi8(zero, low),
+                              _mm_unpacklo_epi8(zero, high), _mm_unpackhi_epi8(zero, high)};
     for (int q = 0; q < 4; ++q) {
-      const __m256 value = _mm256_mul_ps(_mm256_cvtph_ps(e4m3_fp16_words(ordered + 8 * q)), _mm256_set1_ps(256.0f));
+      const __m256 value = _mm256_mul_ps(_mm256_cvtph_ps(e4m3_fp16_words(words[q])), _mm256_set1_ps(256.0f));
       _mm256_storeu_ps(v + 8 * q, value);
       const __m256 as_n = _mm256_mul_ps(value, to_n);
       largest = _mm256_max_ps(largest, _mm256_andnot_ps(sign_bit, as_n));
@@ -330,14 +338,16 @@ template <bool kFp4, int R>
 uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
+  const int64_t block_bytes = kFp4 ? 16 : 32;
+  const int64_t prefetch_blocks = kDecodePrefetchBytes / block_bytes;
   const __m256 unscale = _mm256_set1_ps(kFp4 ? 1.0f : 256.0f);
-  const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
+  const __m128i magnitude_bits = _mm_set1_epi8(0x7f);
   const __m128i nibble = _mm_set1_epi8(0x0f);
   const Fp4ByteTables& byte_tables = fp4_byte_tables();
   const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.fp16_high));
   const __m128i w_low_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.w_low));
   const __m128i w_sign_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.w_sign));
-  __m256i nan_seen = _mm256_setzero_si256();
+  __m128i nan_seen = _mm_setzero_si128();
   alignas(32) float sw[kChunkBlocks][kTile];  // MXFP4: the tile's weight scales of a chunk, [block][output]
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
     const int64_t o0 = tile * kTile;
@@ -353,6 +363,19 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
           for (int i = 0; i < kTile; ++i)
             sw[b - b0][i] = dt.e8m0_f32[g.w_scales[(o0 + std::min(i, n - 1)) * g.kb + b]];
       for (int64_t b = b0; b < b1; ++b) {
+        // Software prefetch, kDecodePrefetchBytes ahead in this range's walk order (into the next tile near a row's
+        // end), one cache line per row every 64 bytes of it.
+        if ((b * block_bytes) % 64 == 0) {
+          const int64_t ahead_b = b + prefetch_blocks;
+          const int64_t ahead_tile = tile + ahead_b / g.kb;
+          if (ahead_tile < tile_end) {
+            const uint8_t* ahead = g.w + ahead_tile * kTile * row_bytes + (ahead_b % g.kb) * block_bytes;
+            const int rows_ahead = static_cast<int>(std::min<int64_t>(kTile, g.out - ahead_tile * kTile));
+            for (int i = 0; i < rows_ahead; ++i) {
+              _mm_prefetch(reinterpret_cast<const char*>(ahead + i * row_bytes), _MM_HINT_T0);
+            }
+          }
+        }
         __m256 partial[R];  // the 8 outputs' block sums
         bool exact = kFp4 && g.act_units != nullptr;
         for (int r = 0; r < R && exact; ++r) exact = g.act_units[r * g.kb + b] != 0.0f;
@@ -403,11 +426,14 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
               w[2] = _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, odd));
               w[3] = _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, odd));
             } else {
-              const uint8_t* src = rows[i] + 32 * b;
-              nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(
-                                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)),
-                                                       magnitude_bits));
-              for (int q = 0; q < 4; ++q) w[q] = _mm256_cvtph_ps(e4m3_fp16_words(src + 8 * q));
+              const __m128i* src = reinterpret_cast<const __m128i*>(rows[i] + 32 * b);
+              const __m128i low = _mm_loadu_si128(src), high = _mm_loadu_si128(src + 1), zero = _mm_setzero_si128();
+              nan_seen = _mm_max_epu8(nan_seen, _mm_max_epu8(_mm_and_si128(low, magnitude_bits),
+                                                             _mm_and_si128(high, magnitude_bits)));
+              w[0] = _mm256_cvtph_ps(e4m3_fp16_words(_mm_unpacklo_epi8(zero, low)));
+              w[1] = _mm256_cvtph_ps(e4m3_fp16_words(_mm_unpackhi_epi8(zero, low)));
+              w[2] = _mm256_cvtph_ps(e4m3_fp16_words(_mm_unpacklo_epi8(zero, high)));
+              w[3] = _mm256_cvtph_ps(e4m3_fp16_words(_mm_unpackhi_epi8(zero, high)));
             }
             for (int r = 0; r < R; ++r) {
               const float* ab = g.act + r * g.in + b * 32;
@@ -428,9 +454,9 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
     }
     for (int r = 0; r < R; ++r) _mm256_maskstore_ps(g.y + r * g.out + o0, lane_mask(n), y[r]);
   }
-  alignas(32) uint8_t seen[32];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(seen), nan_seen);
-  return *std::max_element(seen, seen + 32);
+  alignas(16) uint8_t seen[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(seen), nan_seen);
+  return *std::max_element(seen, seen + 16);
 }
 
 template <bool kFp4>
