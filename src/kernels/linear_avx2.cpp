@@ -4,10 +4,10 @@
 // reference: y = y + (partial * sa) * sw. Two paths compute the partials:
 // - 1..kDecodeMaxRows rows on row-major weights (decode_rows_tiles): each block of 8 outputs is converted in
 //   registers and multiplied at once, in fp32 FMAs, or for MXFP4 in exact integers where the activations allow.
-// - more rows, or tile-major weights (gemm_tiles): weights widened once per chunk into lanes [block][k][32
-//   outputs] fp32 (e4m3 through the fp16 converter: the code's magnitude bits shifted into an fp16 word give the
-//   value times 2^-8 exactly, subnormals included; e2m1 through an 8-entry vpermps table), then each block summed
-//   down k from 0 as the reference does, every product exact.
+// - more rows, or tile-major weights (gemm_tiles): weights widened once per chunk into lanes [block][k][48
+//   outputs] fp32 (bytes transposed, then through the fp16 converter: an e4m3 code's magnitude bits shifted into an
+//   fp16 word give the value times 2^-8 exactly, subnormals included; e2m1 values are fp16 words from a 16-entry
+//   table of high bytes), then each block summed down k from 0 as the reference does, every product exact.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -89,16 +89,17 @@ struct GemmArgs {
   float* y = nullptr;                  // [rows, out]
 };
 
-// Several rows (prefill, batched decode): weights converted once per chunk into lanes, [block][k][32 outputs] fp32,
+// Several rows (prefill, batched decode): weights converted once per chunk into lanes, [block][k][48 outputs] fp32,
 // then for each row and block 32 FMAs down k, each a broadcast activation times one vector of 8 outputs' weights.
 // The block's sum is then sequential in k from 0, the reference's own order (linear_reference.cpp), with no
-// horizontal sums. 3 rows x 4 tiles give 12 independent chains and 3 broadcasts per 12 FMAs: measured (bench_linear
-// avx2 rows:64 and 256, Zen 1, 2 threads) 1.25-1.35x the GFLOP/s of summing each block over 8 lanes and reducing;
-// 4 rows x 2 tiles (4 broadcasts per 8 FMAs) was no faster than that.
-constexpr int kLaneTiles = 4;         // tiles at a time
+// horizontal sums. 2 rows x 6 tiles give 12 independent chains and 2 broadcasts per 12 FMAs (bench_linear avx2,
+// Zen 1, 2 threads, alternated 2x against 3 rows x 4 tiles: rows:256 w2_mxfp4 44.0 / 43.4 -> 49.1 / 48.7 GFLOP/s,
+// wo_b_fp8 +1-3%; rows:16 within 5%; 4 blocks a chunk instead of 8 no faster); 3 rows x 4 tiles had measured
+// 1.25-1.35x the GFLOP/s of summing each block over 8 lanes and reducing, and 4 rows x 2 tiles no faster than that.
+constexpr int kLaneTiles = 6;         // tiles at a time
 constexpr int kLaneWidth = kLaneTiles * kTile;  // outputs per k in lanes
-constexpr int kLaneChunkBlocks = 8;   // 8 blocks x 32 k x 32 outputs fp32 = 32 KB of lanes
-constexpr int kLaneRows = 3;          // rows at a time
+constexpr int kLaneChunkBlocks = 8;   // 8 blocks x 32 k x 48 outputs fp32 = 48 KB of lanes
+constexpr int kLaneRows = 2;          // rows at a time
 
 // The weights of NT tiles from output o0 (n of them real; the rest repeat the last) for blocks [b0, b1): lanes
 // [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth].
@@ -242,6 +243,7 @@ void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
     }
   };
   int64_t tile = tile_begin;
+  for (; tile + 6 <= tile_end; tile += 6) tiles.template operator()<6>(tile);
   for (; tile + 4 <= tile_end; tile += 4) tiles.template operator()<4>(tile);
   for (; tile + 2 <= tile_end; tile += 2) tiles.template operator()<2>(tile);
   if (tile < tile_end) tiles.template operator()<1>(tile);
