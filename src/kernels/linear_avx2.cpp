@@ -43,11 +43,11 @@ inline __m128i e4m3_fp16_words(__m128i code_high_words) {
 }
 
 // The MXFP4 decode's 16-entry byte tables (indexed by an e2m1 code), from LinearDecodeTables::e2m1_f32, made once:
-// fp16_high: the high byte of the value's fp16 (every e2m1 value is an fp16 whose low byte is 0); w_low and
-// w_sign: W = 2 * value as an int16 word, its low byte and its sign byte.
+// fp16_high: the high byte of the value's fp16 (every e2m1 value is an fp16 whose low byte is 0); w_plus_12:
+// W + 12 with W = 2 * value in [-12, 12], an unsigned byte that zero-extends to an int16 word.
 struct Fp4ByteTables {
   alignas(16) uint8_t fp16_high[16];
-  alignas(16) int8_t w_low[16], w_sign[16];
+  alignas(16) uint8_t w_plus_12[16];
 };
 const Fp4ByteTables& fp4_byte_tables() {
   static const Fp4ByteTables tables = [] {
@@ -55,8 +55,7 @@ const Fp4ByteTables& fp4_byte_tables() {
     Fp4ByteTables t{};
     for (int c = 0; c < 16; ++c) {
       t.fp16_high[c] = static_cast<uint8_t>(_cvtss_sh(dt.e2m1_f32[c], _MM_FROUND_TO_NEAREST_INT) >> 8);
-      t.w_low[c] = static_cast<int8_t>(2.0f * dt.e2m1_f32[c]);
-      t.w_sign[c] = static_cast<int8_t>(dt.e2m1_f32[c] < 0.0f ? -1 : 0);
+      t.w_plus_12[c] = static_cast<uint8_t>(2.0f * dt.e2m1_f32[c] + 12.0f);
     }
     return t;
   }();
@@ -85,6 +84,7 @@ struct GemmArgs {
   // (prepare_fp4_decode_rows): N [rows, in] int16 in g.act's order, units [rows, kb] (0: the block is not exact).
   const int16_t* act_int = nullptr;
   const float* act_units = nullptr;
+  const int32_t* act_int_offsets = nullptr;  // [rows, kb]: 12 * Σ N of each block
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
   float* y = nullptr;                  // [rows, out]
 };
@@ -273,9 +273,9 @@ constexpr int kDecodeMaxRows = 4;  // rows that decode_rows_tiles takes (decode,
 // MXFP4 decode rows from their e4m3 codes x [rows, in]: values [rows, in] fp32 with each block in the order the
 // nibbles come out of a packed block (even k 0..14, even k 16..30, odd k 1..15, odd k 17..31), and the same values
 // as the integers N [rows, in] with units [rows, in / 32] = 2^(s-11), 0 where the block is not exact (a NaN code, or
-// some |N| >= 2^15). The values come through fp16 (e4m3_fp16_words; NaN blocks from the table), and
-// N = value * 2^(10-s): exact integers.
-void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n, float* units) {
+// some |N| >= 2^15), and offsets [rows, in / 32] = 12 * Σ N of each block (what W + 12 adds). The values come
+// through fp16 (e4m3_fp16_words; NaN blocks from the table), and N = value * 2^(10-s): exact integers.
+void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n, float* units, int32_t* offsets) {
   const LinearDecodeTables& dt = linear_decode_tables();
   // Per 128-bit lane its even bytes, then its odd ones; the qword permute (0xD8) then gives the nibble order.
   const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
@@ -294,6 +294,7 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
     if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(magnitude, magnitude_bits)) != 0) {  // a NaN code
       for (int j = 0; j < 32; ++j) v[j] = dt.e4m3_f32[ordered[j]];
       units[b] = 0.0f;
+      offsets[b] = 0;
       continue;
     }
     // s: the smallest e' (exponent field, at least 1) of the nonzero codes.
@@ -328,6 +329,11 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(n + 32 * b + 16),
                         _mm256_permute4x64_epi64(_mm256_packs_epi32(integers[2], integers[3]), 0xD8));
     const bool exact = _mm256_movemask_ps(_mm256_cmp_ps(largest, limit, _CMP_LT_OQ)) == 0xff;
+    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(integers[0], integers[1]), _mm256_add_epi32(integers[2], integers[3]));
+    __m128i sum4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0x4E));
+    sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0xB1));
+    offsets[b] = 12 * _mm_cvtsi128_si32(sum4);
     units[b] = exact ? std::ldexp(1.0f, smallest - 11) : 0.0f;
   }
 }
@@ -355,8 +361,7 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
   const __m128i nibble = _mm_set1_epi8(0x0f);
   const Fp4ByteTables& byte_tables = fp4_byte_tables();
   const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.fp16_high));
-  const __m128i w_low_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.w_low));
-  const __m128i w_sign_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.w_sign));
+  const __m128i w_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.w_plus_12));
   __m128i nan_seen = _mm_setzero_si128();
   alignas(32) float sw[kChunkBlocks][kTile];  // MXFP4: the tile's weight scales of a chunk, [block][output]
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
@@ -390,8 +395,9 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
         bool exact = kFp4 && g.act_units != nullptr;
         for (int r = 0; r < R && exact; ++r) exact = g.act_units[r * g.kb + b] != 0.0f;
         if (exact) {
-          // Every row's block in integers: W as int16 words, 4 vpmaddwd per row and output (no conversion to
-          // fp32, which costs more than the multiplies on some cores).
+          // Every row's block in integers: W + 12 as int16 words (one table lookup and a zero extension), 4 vpmaddwd
+          // per row and output (no conversion to fp32, which costs more than the multiplies on some cores); the
+          // rows' 12 * Σ N (g.act_int_offsets) is taken back from the 8 outputs' sums at once.
           // Outputs in pairs, each pair's 4-lane sums folded at once (vphaddd), so few sums stay live.
           __m128i pairs[R][kTile / 2];  // [a0+a1, a2+a3, b0+b1, b2+b3] of outputs 2p, 2p + 1
           for (int p = 0; p < kTile / 2; ++p) {
@@ -399,12 +405,10 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
             for (int h = 0; h < 2; ++h) {
               const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2 * p + h] + 16 * b));
               const __m128i even = _mm_and_si128(raw, nibble), odd = _mm_and_si128(_mm_srli_epi16(raw, 4), nibble);
-              const __m128i even_low = _mm_shuffle_epi8(w_low_table, even);
-              const __m128i even_sign = _mm_shuffle_epi8(w_sign_table, even);
-              const __m128i odd_low = _mm_shuffle_epi8(w_low_table, odd);
-              const __m128i odd_sign = _mm_shuffle_epi8(w_sign_table, odd);
-              const __m128i w[4] = {_mm_unpacklo_epi8(even_low, even_sign), _mm_unpackhi_epi8(even_low, even_sign),
-                                    _mm_unpacklo_epi8(odd_low, odd_sign), _mm_unpackhi_epi8(odd_low, odd_sign)};
+              const __m128i even_w = _mm_shuffle_epi8(w_table, even), odd_w = _mm_shuffle_epi8(w_table, odd);
+              const __m128i zero = _mm_setzero_si128();
+              const __m128i w[4] = {_mm_unpacklo_epi8(even_w, zero), _mm_unpackhi_epi8(even_w, zero),
+                                    _mm_unpacklo_epi8(odd_w, zero), _mm_unpackhi_epi8(odd_w, zero)};
               for (int r = 0; r < R; ++r) {
                 const __m128i* nr = reinterpret_cast<const __m128i*>(g.act_int + r * g.in + b * 32);
                 const __m128i s01 = _mm_add_epi32(_mm_madd_epi16(w[0], _mm_loadu_si128(nr)),
@@ -419,8 +423,9 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
           for (int r = 0; r < R; ++r) {
             const __m128i low = _mm_hadd_epi32(pairs[r][0], pairs[r][1]);
             const __m128i high = _mm_hadd_epi32(pairs[r][2], pairs[r][3]);
-            partial[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_set_m128i(high, low)),
-                                       _mm256_set1_ps(g.act_units[r * g.kb + b]));
+            const __m256i sums = _mm256_sub_epi32(_mm256_set_m128i(high, low),
+                                                  _mm256_set1_epi32(g.act_int_offsets[r * g.kb + b]));
+            partial[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(g.act_units[r * g.kb + b]));
           }
         } else {
           __m256 v[R][kTile];
@@ -546,10 +551,12 @@ void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, Thread
     const std::span<float> values = scratch.take<float>(static_cast<size_t>(x.rows * x.k));
     const std::span<int16_t> integers = scratch.take<int16_t>(static_cast<size_t>(x.rows * x.k));
     const std::span<float> units = scratch.take<float>(static_cast<size_t>(x.rows * (x.k / 32)));
-    prepare_fp4_decode_rows(x, values.data(), integers.data(), units.data());
+    const std::span<int32_t> offsets = scratch.take<int32_t>(static_cast<size_t>(x.rows * (x.k / 32)));
+    prepare_fp4_decode_rows(x, values.data(), integers.data(), units.data(), offsets.data());
     GemmArgs g = block_gemm_args(values.data(), x.scales, x.rows, w.packed, w.scales, w.out, w.in, false, y);
     g.act_int = integers.data();
     g.act_units = units.data();
+    g.act_int_offsets = offsets.data();
     return run_decode_rows<true>(g, pool);
   }
   const std::span<float> act = widen_activations(x, scratch);
