@@ -103,8 +103,6 @@ constexpr int kLaneWidth = kLaneTiles * kTile;  // outputs per k in lanes
 constexpr int kLaneChunkBlocks = 8;   // 8 blocks x 32 k x 48 outputs fp32 = 48 KB of lanes
 constexpr int kLaneRows = 2;          // rows at a time
 
-// The weights of NT tiles from output o0 (n of them real; the rest repeat the last) for blocks [b0, b1): lanes
-// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth].
 // 8 outputs' 32 bytes of one block in k order (FP8: the e4m3 codes; MXFP4: the high bytes of the values' fp16
 // words) -> lanes [32 k][kLaneWidth] fp32, this tile's 8 columns: FP8 value * 2^-8, MXFP4 the value. The bytes are
 // transposed 8 x 8 first, so each k's 8 outputs convert as one vector of fp16 words: an eighth of the data moved by
@@ -139,6 +137,8 @@ inline void block_bytes_to_lanes(const uint8_t* const* bytes, float* lanes) {
   }
 }
 
+// The weights of NT tiles from output o0 (n of them real; the rest repeat the last) for blocks [b0, b1): lanes
+// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth].
 template <bool kFp4, int NT>
 void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t b1, float* lanes, float* sw) {
   const LinearDecodeTables& dt = linear_decode_tables();
@@ -166,8 +166,8 @@ void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t 
           scales[i] = dt.e8m0_f32[g.w_scales[fp4_scale_index(o, b, g.kb, g.tile_major)]];
         } else {
           bytes[i] = fp8_block_codes(w8, o, b, gathered[i]);
-          largest = _mm256_max_epu8(largest, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes[i])),
-                                                              magnitude_bits));
+          const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes[i]));
+          largest = _mm256_max_epu8(largest, _mm256_and_si256(codes, magnitude_bits));
           scales[i] = dt.e8m0_f32[g.w_scales[(o / 32) * g.kb + b]];
         }
       }
@@ -329,7 +329,8 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(n + 32 * b + 16),
                         _mm256_permute4x64_epi64(_mm256_packs_epi32(integers[2], integers[3]), 0xD8));
     const bool exact = _mm256_movemask_ps(_mm256_cmp_ps(largest, limit, _CMP_LT_OQ)) == 0xff;
-    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(integers[0], integers[1]), _mm256_add_epi32(integers[2], integers[3]));
+    const __m256i sum =
+        _mm256_add_epi32(_mm256_add_epi32(integers[0], integers[1]), _mm256_add_epi32(integers[2], integers[3]));
     __m128i sum4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
     sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0x4E));
     sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0xB1));

@@ -249,7 +249,9 @@ TEST(IndexScoreRows, KeyScaleSpreadPastElevenTakesTheFallback) {
     const float exact = std::ldexp(static_cast<float>(s * 4096 + 2), -9);  // 2^(-1 + 120 - 128) per unit
     if (round_to_bf16(exact) == want[0]) continue;
     ++found;
-    for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " m " + std::to_string(m));
+    for (const auto& [name, kernel] : kernels()) {
+      expect_same_bits(want, run(c, kernel), name + " m " + std::to_string(m));
+    }
   }
   EXPECT_GT(found, 0) << "no sum whose fp32 rounding shows in the bf16 score";
 }
