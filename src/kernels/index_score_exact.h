@@ -49,10 +49,11 @@ bool split_block(const float* q, int8_t* iq, int32_t* exponent, int32_t* sum, in
 // codes; false when a valid row has a NaN scale code (255). dim <= 128 and a multiple of 32.
 using PackGroup = bool (*)(const uint8_t* const* rows, int lanes, int64_t dim, uint8_t* kq, int32_t* ub);
 
-// dots [heads][16] fp32 of one query (heads_ints [heads], exponents) against a packed group of `lanes` keys; false
-// (dots unspecified) when some valid (head, lane) fails the exactness check. One entry per block count dim / 32.
-using ExactDots16 = bool (*)(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints,
-                             const QueryExponents& exponents, int heads, int lanes, float* dots);
+// dots [heads][16] fp32 of one query (heads_ints [heads]) against a packed group of `lanes` keys. checked: test
+// every valid (head, lane) for exactness and return false (dots unspecified) when one fails; false when the group
+// has passed them all at once (group_passes_all_checks). One entry per block count dim / 32.
+using ExactDots16 = bool (*)(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints, bool checked,
+                             int heads, int lanes, float* dots);
 
 struct ExactIndexKernels {
   PackGroup pack_group = nullptr;
@@ -60,12 +61,18 @@ struct ExactIndexKernels {
   WeighHeads16Kernel weigh = nullptr;
 };
 
+// A packed group's key exponents (u - 128) over its valid lanes: the smallest, the largest, and the largest spread
+// (max - min) within one key. From ub [blocks][16] scale codes.
+struct KeyExponents {
+  int32_t min = 0, max = 0, spread = 0;
+};
+KeyExponents key_exponents(const int32_t* ub, int blocks, int lanes);
+
 // The group-level check: for a nonzero block b of head h, its shift (k_b + q_hb) - min over nonzero b' of
 // (k_b' + q_hb') is at most the key's exponent spread plus the head's, and that minimum lies in [min k + min q,
 // max k + max q]; with small_total no sum of shifted bounds is needed. So spread_k + spread_q <= 11,
 // min k + min q >= -126 and max k + max q <= 103 (over the valid lanes and every head) imply every per-lane check.
-// ub [blocks][16] scale codes (u - 128 is the key's exponent).
-bool group_passes_all_checks(const int32_t* ub, int blocks, int lanes, const QueryExponents& exponents);
+bool group_passes_all_checks(const KeyExponents& keys, const QueryExponents& query);
 
 // The scores of IndexScoreRowsArgs with `kernels`; same bits as index_scores_rows_reference.
 void score_rows_exact(const IndexScoreRowsArgs& args, const ExactIndexKernels& kernels);

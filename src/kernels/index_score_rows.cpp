@@ -112,21 +112,25 @@ bool split_block(const float* q, int8_t* iq, int32_t* exponent, int32_t* sum, in
   return true;
 }
 
-bool group_passes_all_checks(const int32_t* ub, int blocks, int lanes, const QueryExponents& qx) {
-  if (!qx.any) return true;  // every dot is 0
-  if (!qx.small_total) return false;
-  int32_t spread = 0, k_min = INT32_MAX, k_max = INT32_MIN;
+KeyExponents key_exponents(const int32_t* ub, int blocks, int lanes) {
+  KeyExponents k{INT32_MAX, INT32_MIN, 0};
   for (int l = 0; l < lanes; ++l) {
     int32_t lo = ub[l], hi = ub[l];
     for (int b = 1; b < blocks; ++b) {
       lo = std::min(lo, ub[b * kIndexKeyLanes + l]);
       hi = std::max(hi, ub[b * kIndexKeyLanes + l]);
     }
-    spread = std::max(spread, hi - lo);
-    k_min = std::min(k_min, lo - 128);
-    k_max = std::max(k_max, hi - 128);
+    k.spread = std::max(k.spread, hi - lo);
+    k.min = std::min(k.min, lo - 128);
+    k.max = std::max(k.max, hi - 128);
   }
-  return spread + qx.spread <= 11 && k_min + qx.min >= -126 && k_max + qx.max <= 103;
+  return k;
+}
+
+bool group_passes_all_checks(const KeyExponents& k, const QueryExponents& qx) {
+  if (!qx.any) return true;  // every dot is 0
+  if (!qx.small_total) return false;
+  return k.spread + qx.spread <= 11 && k.min + qx.min >= -126 && k.max + qx.max <= 103;
 }
 
 void score_rows_exact(const IndexScoreRowsArgs& a, const ExactIndexKernels& kernels) {
@@ -193,10 +197,12 @@ void score_rows_exact(const IndexScoreRowsArgs& a, const ExactIndexKernels& kern
       _mm_prefetch(reinterpret_cast<const char*>(a.key_rows[j] + row_bytes - 1), _MM_HINT_T0);
     }
     const bool scales_finite = kernels.pack_group(a.key_rows + g0, lanes, a.dim, kq.data(), ub.data());
+    const KeyExponents group_keys = key_exponents(ub.data(), static_cast<int>(blocks), lanes);
     bool packed_ready = false;
     for (int64_t t = 0; t < a.num_queries; ++t) {
-      if (!scales_finite || !exact_dots(kq.data(), ub.data(), &q_ints[static_cast<size_t>(t * a.heads)],
-                                        q_exponents[static_cast<size_t>(t)], a.heads, lanes, dots.data())) {
+      const bool checked = !group_passes_all_checks(group_keys, q_exponents[static_cast<size_t>(t)]);
+      if (!scales_finite || !exact_dots(kq.data(), ub.data(), &q_ints[static_cast<size_t>(t * a.heads)], checked,
+                                        a.heads, lanes, dots.data())) {
         if (!packed_ready) {
           dequantise_rows(a, g0, lanes, keys.data());
           pack_index_keys(keys.data(), lanes, a.dim, packed.data());

@@ -151,9 +151,8 @@ inline bool dots_of_block_sums(const __m256i* sums, const __m256i* key_exp, cons
 // ExactDots16: the two halves of the group (keys 0-7, 8-15) one after the other, heads in chunks of kHeadChunk; a
 // half without valid keys gets zero dots.
 template <int kBlocks>
-bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints, const QueryExponents& qx,
-                  int heads, int lanes, float* dots) {
-  const bool checked = !group_passes_all_checks(ub, kBlocks, lanes, qx);
+bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints, bool checked, int heads,
+                  int lanes, float* dots) {
   __m256i sums[kHeadChunk * kBlocks];
   for (int half = 0; half < 2; ++half) {
     const int half_lanes = std::min(std::max(lanes - kHalfLanes * half, 0), kHalfLanes);

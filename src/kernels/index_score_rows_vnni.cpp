@@ -83,7 +83,7 @@ DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim,
 
 // kH heads of one query against 16 keys: dots [kH][16]. key_exp [kBlocks]: the keys' scale exponents u - 128 per
 // block (lanes = keys). kChecked: test every (head, valid lane) for exactness and return false (dots unspecified)
-// when one fails; false when the caller has shown that none can (exact_dots16). The head and block counts are
+// when one fails; false when group_passes_all_checks has shown that none can. The head and block counts are
 // template parameters so the accumulators stay in registers; a block of q that is all zero (bound 0) adds exactly 0
 // (iq = 0, Σ iq = 0), so only its exponent is left out of the minimum.
 template <int kH, int kBlocks, bool kChecked>
@@ -180,18 +180,15 @@ DSFLASH_VNNI bool exact_dots_all_heads(const uint8_t* kq, const __m512i* key_exp
 }
 
 // ExactDots16: dots [heads][16] of one query against 16 keys packed as (ik + 12) bytes kq [dim/4][16][4] with ue8m0
-// scale codes ub [dim/32][16]; the per-(head, lane) checks are skipped when the group passes them all at once
-// (group_passes_all_checks).
+// scale codes ub [dim/32][16].
 template <int kBlocks>
-DSFLASH_VNNI bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints,
-                               const QueryExponents& qx, int heads, int lanes, float* dots) {
+DSFLASH_VNNI bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints, bool checked,
+                               int heads, int lanes, float* dots) {
   const __mmask16 valid = static_cast<__mmask16>((1u << lanes) - 1u);
   __m512i key_exp[kBlocks];
   for (int b = 0; b < kBlocks; ++b) key_exp[b] = _mm512_sub_epi32(_mm512_loadu_si512(ub + b * 16), _mm512_set1_epi32(128));
-  if (group_passes_all_checks(ub, kBlocks, lanes, qx)) {
-    return exact_dots_all_heads<kBlocks, false>(kq, key_exp, heads_ints, heads, valid, dots);
-  }
-  return exact_dots_all_heads<kBlocks, true>(kq, key_exp, heads_ints, heads, valid, dots);
+  if (checked) return exact_dots_all_heads<kBlocks, true>(kq, key_exp, heads_ints, heads, valid, dots);
+  return exact_dots_all_heads<kBlocks, false>(kq, key_exp, heads_ints, heads, valid, dots);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // in the bf16 score), tiny scales (below the normal range), NaN scales, and q that is not MXFP4-shaped.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -158,100 +159,86 @@ TEST(IndexScoreRows, FlatQueriesCheckTheShiftedBoundSum) {
   }
 }
 
+// One head, one key, dim 128, built so that the reference's in-order fp32 sum loses units the exact integer sum
+// keeps. Elements 0 and 96 add q·k = 1 unit each (iq 1 against ik 1, beside iq 12 against ik 0, so that their
+// blocks' exponent is that of q = 6.0); elements [32, big_end) are q = 6.0 (iq 12) against ik values that sum to
+// ik_sum (*ik_left: what no ik could take, 0 when reached). Key scale codes `scales`; the head weight is 1.
+Case units_around_a_large_sum(int64_t big_end, int64_t ik_sum, const std::array<uint8_t, 4>& scales,
+                              int64_t* ik_left) {
+  constexpr int64_t kDim = 128;
+  constexpr int kIkCode[13] = {0, 1, 2, 3, 4, -1, 5, -1, 6, -1, -1, -1, 7};  // e2m1 code of the value ik / 2
+  Case c;
+  c.queries = 1;
+  c.keys = 1;
+  c.heads = 1;
+  c.dim = kDim;
+  c.q.assign(static_cast<size_t>(kDim), 0.0f);
+  c.w = {1.0f};
+  for (int64_t d : {0, 96}) {
+    c.q[static_cast<size_t>(d)] = 0.5f;      // iq 1 against ik 1
+    c.q[static_cast<size_t>(d + 1)] = 6.0f;  // iq 12 against ik 0
+  }
+  for (int64_t d = 32; d < big_end; ++d) c.q[static_cast<size_t>(d)] = 6.0f;
+  std::vector<uint8_t> row(static_cast<size_t>(kDim / 2 + kDim / 32), 0);
+  row[0] = 0x01;   // element 0: ik 1, element 1: ik 0
+  row[48] = 0x01;  // element 96: ik 1, element 97: ik 0
+  int64_t left = ik_sum;
+  for (int64_t d = 32; d < big_end && left > 0; ++d) {
+    int ik = 12;
+    while (ik > left || kIkCode[ik] < 0) --ik;
+    left -= ik;
+    row[static_cast<size_t>(d / 2)] |= static_cast<uint8_t>(kIkCode[ik] << (d % 2 == 0 ? 0 : 4));
+  }
+  *ik_left = left;
+  std::copy(scales.begin(), scales.end(), row.begin() + kDim / 2);
+  c.rows = {row};
+  return c;
+}
+
+// Whether the reference's score of c differs from the bf16 of `exact` (the exact dot); if so, every kernel must
+// give the reference's bits.
+bool reference_rounding_shows(const Case& c, float exact, const std::string& what) {
+  const std::vector<float> want = run(c, index_scores_rows_reference);
+  if (round_to_bf16(exact) == want[0]) return false;
+  for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " " + what);
+  return true;
+}
+
 TEST(IndexScoreRows, PartialSumsPastTwoTo24TakeTheFallback) {
-  // One head, one key, dim 128, in element order: block 0 adds q·k = 1 unit (the smallest exponent), blocks 1-2
-  // (key scales 2^11 larger) add S * 2^11 units, block 3 adds 1 unit again. S * 2^11 is an odd multiple of 2^16 in
-  // [2^24, 2^25), a bf16 tie, so the exact dot (the tie + 2) rounds up to bf16. The reference's in-order fp32 sum
-  // drops the first unit once past 2^24 (a tie at ulp 2, to even) and the second one too, ends on the tie itself and
-  // rounds it to the even bf16 neighbour: below for half the S. The block shifts pass their check (11), so only the
-  // sum of shifted bounds (12 * (13 + 768 + 13) << 11 > 2^24, too large to skip) sends the key to the fallback that
-  // keeps the reference's bits.
-  const int64_t dim = 128;
-  const int ik_code[13] = {0, 1, 2, 3, 4, -1, 5, -1, 6, -1, -1, -1, 7};  // e2m1 code of the value ik / 2
+  // Block 0 adds q·k = 1 unit (the smallest exponent), blocks 1-2 (key scales 2^11 larger) add S * 2^11 units, block
+  // 3 adds 1 unit again. S * 2^11 is an odd multiple of 2^16 in [2^24, 2^25), a bf16 tie, so the exact dot (the tie
+  // + 2) rounds up to bf16. The reference's in-order fp32 sum drops the first unit once past 2^24 (a tie at ulp 2, to
+  // even) and the second one too, ends on the tie itself and rounds it to the even bf16 neighbour: below for half
+  // the S. The block shifts pass their check (11), so only the sum of shifted bounds (12 * (13 + 768 + 13) << 11 >
+  // 2^24, too large to skip) sends the key to the fallback that keeps the reference's bits.
   int found = 0;
   for (int64_t odd = 257; odd < 289; odd += 2) {
     const int64_t target = odd * 32;  // S, so that S * 2^11 = odd * 2^16
     if (target % 12 != 0) continue;   // S is a sum of products 12 * ik
-    Case c;
-    c.queries = 1;
-    c.keys = 1;
-    c.heads = 1;
-    c.dim = dim;
-    c.q.assign(static_cast<size_t>(dim), 0.0f);
-    c.w = {1.0f};
-    for (int64_t d : {0, 96}) {
-      c.q[static_cast<size_t>(d)] = 0.5f;      // iq 1 (block exponent -1: the block's largest |q| is 6)
-      c.q[static_cast<size_t>(d + 1)] = 6.0f;  // iq 12, against ik 0
-    }
-    for (int64_t d = 32; d < 96; ++d) c.q[static_cast<size_t>(d)] = 6.0f;  // iq 12
-    std::vector<uint8_t> row(static_cast<size_t>(dim / 2 + dim / 32), 0);
-    row[0] = 0x01;   // element 0: ik 1 (code 1), element 1: ik 0
-    row[48] = 0x01;  // element 96: ik 1, element 97: ik 0
-    int64_t left = target;
-    for (int64_t d = 32; d < 96 && left > 0; ++d) {
-      int ik = 12;
-      while (12 * ik > left || ik_code[ik] < 0) --ik;
-      left -= 12 * ik;
-      row[static_cast<size_t>(d / 2)] |= static_cast<uint8_t>(ik_code[ik] << (d % 2 == 0 ? 0 : 4));
-    }
+    int64_t left = 0;
+    const Case c = units_around_a_large_sum(96, target / 12, {120, 131, 131, 120}, &left);
     ASSERT_EQ(left, 0);
-    const uint8_t scales[4] = {120, 131, 131, 120};
-    std::copy(scales, scales + 4, row.begin() + dim / 2);
-    c.rows = {row};
-    const std::vector<float> want = run(c, index_scores_rows_reference);
     const float exact = std::ldexp(static_cast<float>(target * 2048 + 2), -9);  // 2^(-1 + 120 - 128) per unit
-    if (round_to_bf16(exact) == want[0]) continue;
-    ++found;
-    for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " S " + std::to_string(target));
+    found += reference_rounding_shows(c, exact, "S " + std::to_string(target));
   }
   EXPECT_GT(found, 0) << "no sum whose fp32 rounding shows in the bf16 score";
 }
 
 TEST(IndexScoreRows, KeyScaleSpreadPastElevenTakesTheFallback) {
-  // One head, one key, dim 128; q's blocks 0, 1 and 3 share one exponent (q spread 0), the key's block 1 scale is
-  // 2^12 above blocks 0 and 3. Blocks 0 and 3 add q·k = 1 unit each, block 1 adds S * 2^12 units with S = 48 m (m odd)
-  // in [2^12, 2^12 * 9/8): an odd multiple of 2^16 in [2^24, 2^25), a bf16 tie. The reference's in-order sum drops
-  // both units (each a tie at ulp 2, to even) and rounds the tie to even, below the exact sum's bf16 for half the m.
-  // The head's bound total is small (12 * (13 + 384 + 13) << 11 < 2^24), so only the spread rule (key spread + q
-  // spread <= 11, at group and lane level) stands between this key and a wrong exact-integer score.
-  const int64_t dim = 128;
-  const int ik_code[13] = {0, 1, 2, 3, 4, -1, 5, -1, 6, -1, -1, -1, 7};  // e2m1 code of the value ik / 2
+  // q's blocks 0, 1 and 3 share one exponent (q spread 0), the key's block 1 scale is 2^12 above blocks 0 and 3.
+  // Blocks 0 and 3 add q·k = 1 unit each, block 1 adds S * 2^12 units with S = 48 m (m odd) in [2^12, 2^12 * 9/8):
+  // an odd multiple of 2^16 in [2^24, 2^25), a bf16 tie. The reference's in-order sum drops both units (each a tie
+  // at ulp 2, to even) and rounds the tie to even, below the exact sum's bf16 for half the m. The head's bound total
+  // is small (12 * (13 + 384 + 13) << 11 < 2^24), so only the spread rule (key spread + q spread <= 11, at group and
+  // lane level) stands between this key and a wrong exact-integer score.
   int found = 0;
   for (int64_t m = 87; m <= 95; m += 2) {
     const int64_t s = 48 * m;
-    Case c;
-    c.queries = 1;
-    c.keys = 1;
-    c.heads = 1;
-    c.dim = dim;
-    c.q.assign(static_cast<size_t>(dim), 0.0f);
-    c.w = {1.0f};
-    for (int64_t d : {0, 96}) {
-      c.q[static_cast<size_t>(d)] = 0.5f;      // iq 1 against ik 1
-      c.q[static_cast<size_t>(d + 1)] = 6.0f;  // iq 12 against ik 0: the block's exponent equals block 1's
-    }
-    for (int64_t d = 32; d < 64; ++d) c.q[static_cast<size_t>(d)] = 6.0f;  // iq 12
-    std::vector<uint8_t> row(static_cast<size_t>(dim / 2 + dim / 32), 0);
-    row[0] = 0x01;   // element 0: ik 1, element 1: ik 0
-    row[48] = 0x01;  // element 96: ik 1, element 97: ik 0
-    int64_t left = s / 12;  // Σ ik over block 1
-    for (int64_t d = 32; d < 64 && left > 0; ++d) {
-      int ik = 12;
-      while (ik > left || ik_code[ik] < 0) --ik;
-      left -= ik;
-      row[static_cast<size_t>(d / 2)] |= static_cast<uint8_t>(ik_code[ik] << (d % 2 == 0 ? 0 : 4));
-    }
+    int64_t left = 0;
+    const Case c = units_around_a_large_sum(64, s / 12, {120, 132, 120, 120}, &left);
     ASSERT_EQ(left, 0);
-    const uint8_t scales[4] = {120, 132, 120, 120};
-    std::copy(scales, scales + 4, row.begin() + dim / 2);
-    c.rows = {row};
-    const std::vector<float> want = run(c, index_scores_rows_reference);
     const float exact = std::ldexp(static_cast<float>(s * 4096 + 2), -9);  // 2^(-1 + 120 - 128) per unit
-    if (round_to_bf16(exact) == want[0]) continue;
-    ++found;
-    for (const auto& [name, kernel] : kernels()) {
-      expect_same_bits(want, run(c, kernel), name + " m " + std::to_string(m));
-    }
+    found += reference_rounding_shows(c, exact, "m " + std::to_string(m));
   }
   EXPECT_GT(found, 0) << "no sum whose fp32 rounding shows in the bf16 score";
 }
