@@ -1,8 +1,8 @@
 // Speculative decoding with the DSpark stages, through the scheduler (the one engine loop) on the golden tiny
 // checkpoints (the only ones with trained-shape DSpark stages): greedy ids identical with and without speculation
 // and the main model's caches equal to a plain run's after every step; batched, mixed with plain requests, and
-// preempted speculating requests get what they get alone; sampled speculation follows the target distribution
-// (chi-square on the model's exact distribution); the speculative sampling rule and the adaptive draft policy.
+// preempted speculating requests get what they get alone, sampled ones too (same seed); sampled speculation follows
+// the target distribution (chi-square on the model's exact distribution); the speculative sampling rule and the adaptive draft policy.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -188,6 +188,43 @@ TEST_F(SpeculativeSchedulerTest, BatchedWithPlainRequestsEachGetsWhatItGetsAlone
   }
   for (RequestId id : ids) EXPECT_EQ(streamed[id], scheduler->record(id)->generated);
   EXPECT_EQ(scheduler->kv_stats().num_sequences, 0);
+}
+
+// Seeded sampled speculation (drafts drawn from q, accepted with min(1, p/q) or resampled) draws from each
+// request's own generator only: batched with other requests, a request gets the ids it gets alone with the same
+// seed and the same speculation.
+TEST_F(SpeculativeSchedulerTest, SampledSpeculatingRequestsBatchedGetWhatTheyGetAlone) {
+  std::vector<Request> requests(3);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].prompt = slice(i, 14 + 3 * i);
+    requests[i].max_new_tokens = 10;
+    requests[i].sampling.temperature = 0.9f;
+    requests[i].sampling.top_k = 8;
+    requests[i].sampling.seed = 7 + i;
+    requests[i].speculative = 3;
+    requests[i].speculative_adaptive = false;
+  }
+  requests[2].sampling.top_p = 0.8f;
+  auto run = [](const std::vector<Request>& batch) {
+    auto scheduler = make_scheduler("tiny-a", SchedulerOptions());
+    std::vector<RequestId> ids;
+    for (const Request& r : batch) ids.push_back(*scheduler->submit(r));
+    std::vector<Event> events;
+    EXPECT_TRUE(scheduler->run_to_completion(&events).ok());
+    std::vector<std::vector<int32_t>> generated;
+    int64_t drafts = 0;
+    for (RequestId id : ids) {
+      generated.push_back(scheduler->record(id)->generated);
+      drafts += scheduler->record(id)->speculation.draft_tokens;
+    }
+    EXPECT_GT(drafts, 0);
+    return generated;
+  };
+  const auto batched = run(requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(batched[i], run({requests[i]})[0]) << "request " << i;
+    EXPECT_EQ(batched[i].size(), 10u);
+  }
 }
 
 // The default (adaptive) policy over a long generation: it may switch itself off, skip feeding the drafter during
