@@ -1,5 +1,6 @@
 // The complete tensor list of a checkpoint for a config (spec/CHECKPOINT.md; model.py constructors).
 // On spec/config_v41_flash.json this gives the pinned 96,085 tensors / 510,286,023,000 payload bytes.
+#include <algorithm>
 #include <string>
 
 #include "io/checkpoint.h"
@@ -7,13 +8,6 @@
 namespace dsflash {
 
 namespace {
-
-bool contains(const std::vector<int>& ids, int id) {
-  for (int x : ids) {
-    if (x == id) return true;
-  }
-  return false;
-}
 
 class SchemaBuilder {
  public:
@@ -87,8 +81,8 @@ class SchemaBuilder {
     const int64_t d = c_.dim, hd = c_.head_dim, hc = c_.hc_mult;
     // From the config lists, not c_.roles, so a config without derived roles gives the same list.
     const bool backbone = layer < c_.n_layers;
-    const bool kv_source = backbone && contains(c_.kv_source_layers, layer);
-    const bool index_source = backbone && contains(c_.index_source_layers, layer);
+    const bool kv_source = backbone && std::ranges::count(c_.kv_source_layers, layer) > 0;
+    const bool index_source = backbone && std::ranges::count(c_.index_source_layers, layer) > 0;
     const std::string a = p + ".attn";
     add(a + ".attn_sink", DType::kF32, {c_.n_heads});
     add(a + ".kv_norm.weight", DType::kBF16, {hd});
@@ -112,7 +106,7 @@ class SchemaBuilder {
       add(a + ".indexer.weights_proj.weight", DType::kBF16, {c_.index_n_heads, d});
       dense(a + ".indexer.wq_b", static_cast<int64_t>(c_.index_n_heads) * c_.index_head_dim, c_.q_lora_rank);
     }
-    if (backbone && contains(c_.engram_layer_ids, layer)) engram(p, layer);
+    if (backbone && std::ranges::count(c_.engram_layer_ids, layer) > 0) engram(p, layer);
     const std::string f = p + ".ffn";
     const int64_t experts = c_.routed_experts(layer);
     add(f + ".gate.weight", DType::kBF16, {experts, d});

@@ -1,5 +1,6 @@
 // ModelConfig parsing (root config.json and flat inference/config.json) and validation.
 // Roles are derived in model_roles.cpp.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -310,13 +311,6 @@ std::string list_string(const std::vector<int>& v) {
   return s + "]";
 }
 
-bool contains(const std::vector<int>& v, int x) {
-  for (int y : v) {
-    if (y == x) return true;
-  }
-  return false;
-}
-
 // A layer-id list: every id in [0, limit), strictly increasing.
 Status check_layer_list(const std::string& field, const std::vector<int>& ids, int limit) {
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -490,7 +484,7 @@ Status ModelConfig::validate() const {
     if (compress_ratio(l) == 0) {
       return field_error("kv_source_layers", "layer " + std::to_string(l) + " has compress ratio 0 (no compressor)");
     }
-    if (!contains(index_source_layers, l)) {
+    if (std::ranges::find(index_source_layers, l) == index_source_layers.end()) {
       return field_error("kv_source_layers", "layer " + std::to_string(l) +
                                                  " is not an index source (its indexer owns the index keys)");
     }
@@ -524,8 +518,8 @@ Status ModelConfig::validate() const {
   // at its own ratio and agree on the KV (model.py's shared_attn slots).
   int latest_kv = -1, latest_index = -1;
   for (int l = 0; l < n_layers; ++l) {
-    if (contains(kv_source_layers, l)) latest_kv = l;
-    if (contains(index_source_layers, l)) latest_index = l;
+    if (std::ranges::find(kv_source_layers, l) != kv_source_layers.end()) latest_kv = l;
+    if (std::ranges::find(index_source_layers, l) != index_source_layers.end()) latest_index = l;
     const int r = compress_ratio(l);
     if (r == 0) continue;
     const std::string layer = "compress_ratios[" + std::to_string(l) + "]";
@@ -542,7 +536,7 @@ Status ModelConfig::validate() const {
     }
   }
   if (candidate_source_layer >= 0) {
-    if (!contains(index_source_layers, candidate_source_layer)) {
+    if (std::ranges::find(index_source_layers, candidate_source_layer) == index_source_layers.end()) {
       return field_error("candidate_source_layer", std::to_string(candidate_source_layer) + " is not an index source");
     }
     s = positive("candidate_topk_blocks", candidate_topk_blocks);

@@ -3,22 +3,15 @@
 #include <algorithm>
 #include <map>
 
+#include "tokenizer/chat_markers.h"
+
 namespace dsflash {
 
 namespace {
 
 using Json = OrderedJson;
 
-constexpr const char* kBos = "<｜begin▁of▁sentence｜>";
-constexpr const char* kEos = "<｜end▁of▁sentence｜>";
-constexpr const char* kThinkStart = "<think>";
-constexpr const char* kThinkEnd = "</think>";
-constexpr const char* kDsml = "｜DSML｜";
-constexpr const char* kUser = "<｜User｜>";
-constexpr const char* kAssistant = "<｜Assistant｜>";
-constexpr const char* kSystem = "<｜System｜>";
-constexpr const char* kLatestReminder = "<｜latest_reminder｜>";
-constexpr const char* kImage = "<｜deepseek_image｜>";
+using namespace chat_markers;
 
 const std::map<std::string, std::string>& task_tokens() {
   static const std::map<std::string, std::string> tokens = {

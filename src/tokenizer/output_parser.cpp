@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/chat_markers.h"
 #include "tokenizer/python_json.h"
 #include "tokenizer/utf8.h"
 
@@ -11,8 +12,8 @@ namespace dsflash {
 
 namespace {
 
-constexpr std::string_view kThinkEnd = "</think>";
-constexpr std::string_view kEos = "<｜end▁of▁sentence｜>";
+using chat_markers::kEos;
+using chat_markers::kThinkEnd;
 constexpr std::string_view kDsmlOpen = "<｜DSML｜";  // any DSML tag opening; well-formed output uses " calls"
 constexpr std::string_view kCallsOpen = "<｜DSML｜ calls>\n";
 constexpr std::string_view kCallsClose = "</｜DSML｜ calls>";
@@ -221,7 +222,7 @@ void OutputParser::step(std::vector<OutputEvent>& out, bool final) {
       }
       if (is_think_end) {
         emit(out, kind, std::string_view(buffer_).substr(0, pos));
-        buffer_.erase(0, pos + kThinkEnd.size());
+        buffer_.erase(0, pos + std::string_view(kThinkEnd).size());
         saw_think_end_ = true;
         state_ = State::kContent;
         continue;
@@ -230,7 +231,7 @@ void OutputParser::step(std::vector<OutputEvent>& out, bool final) {
         note_after_calls(std::string_view(buffer_).substr(0, pos));
         emit(out, kind, std::string_view(buffer_).substr(0, pos));
         if (reasoning) problems_.push_back("<｜end▁of▁sentence｜> inside the reasoning (no </think>)");
-        buffer_.erase(0, pos + kEos.size());
+        buffer_.erase(0, pos + std::string_view(kEos).size());
         saw_eos_ = true;
         state_ = State::kDone;
         continue;
@@ -310,7 +311,7 @@ void OutputParser::step(std::vector<OutputEvent>& out, bool final) {
     const bool maybe_tag = is_prefix_of(buffer_, kInvokeOpen) || is_prefix_of(buffer_, kCallsClose) ||
                            is_prefix_of(buffer_, kEos);
     if (!final && maybe_tag) return;
-    if (buffer_.empty() || buffer_.compare(0, kEos.size(), kEos) == 0) {
+    if (buffer_.empty() || buffer_.compare(0, std::string_view(kEos).size(), kEos) == 0) {
       fail_calls(out, "unterminated DSML calls block");
       continue;
     }

@@ -1,7 +1,6 @@
 // `dsflash bench --json` through its CLI11 subcommand on a freshly made tiny checkpoint: the figures the speed
 // targets are read from are present and consistent (each batch's roofline fraction and its step split by phase,
 // the prefill peak fraction, the step by depth).
-#include <CLI/CLI.hpp>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -12,31 +11,22 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_run.h"
-#include "commands.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using dsflash::testing::CliRun;
-
-CliRun run_cli(std::vector<std::string> args) {
-  return dsflash::testing::run_cli_commands(
-      [](CLI::App& app, int* exit_code) {
-        dsflash::cli::add_make_tiny_command(app, exit_code);
-        dsflash::cli::add_bench_command(app, exit_code);
-      },
-      std::move(args));
-}
+using dsflash::testing::run_dsflash;
 
 TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
   const std::string tokenizer = (fs::path(DSFLASH_SHARED_DIR) / "tokenizer" / "deepseek_v3_tokenizer.json").string();
   if (!fs::exists(tokenizer)) GTEST_SKIP() << "no shared tokenizer";
   std::random_device rd;
   const fs::path dir = fs::temp_directory_path() / ("dsflash-bench-cli-" + std::to_string(rd()) + std::to_string(rd()));
-  const CliRun made = run_cli({"make-tiny", "--preset", "tiny", "-o", dir.string(), "--tokenizer", tokenizer});
+  const CliRun made = run_dsflash({"make-tiny", "--preset", "tiny", "-o", dir.string(), "--tokenizer", tokenizer});
   ASSERT_EQ(made.exit_code, 0) << made.err;
 
-  const CliRun bench = run_cli({"bench", "-m", dir.string(), "-p", "16", "-n", "2", "-r", "1", "--batch", "1,2",
+  const CliRun bench = run_dsflash({"bench", "-m", dir.string(), "-p", "16", "-n", "2", "-r", "1", "--batch", "1,2",
                                 "--depth", "256", "--threads", "2", "--json"});
   std::error_code ec;
   fs::remove_all(dir, ec);

@@ -1,7 +1,6 @@
 // The prefix cache through the CLI: `dsflash logits --cache-dir` reports cached_tokens and ttft_s, a second run
 // hits what the first stored, `dsflash cache stats|verify|clear`, and the bad cases (a damaged directory gives the
 // logits of a run without a cache bit for bit; a directory that cannot be used is said once and the run goes on).
-#include <CLI/CLI.hpp>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
@@ -13,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_run.h"
-#include "commands.h"
 #include "model/golden_tensors.h"
 #include "prefix/prefix_test_util.h"
 
@@ -21,16 +19,8 @@ namespace {
 
 using ::testing::HasSubstr;
 using dsflash::testing::CliRun;
+using dsflash::testing::run_dsflash;
 using dsflash::testing::ScratchDir;
-
-CliRun run_cli(std::vector<std::string> args) {
-  return dsflash::testing::run_cli_commands(
-      [](CLI::App& app, int* exit_code) {
-        dsflash::cli::add_logits_command(app, exit_code);
-        dsflash::cli::add_cache_command(app, exit_code);
-      },
-      std::move(args));
-}
 
 std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -49,7 +39,7 @@ class CacheCli : public ::testing::Test {
                         std::string* err = nullptr) {
     std::vector<std::string> args = {"logits", "-m", model_, "--tokens", ids_, "-n", "2", "--out", out_.path() + "/l.bin"};
     args.insert(args.end(), extra.begin(), extra.end());
-    CliRun r = run_cli(args);
+    CliRun r = run_dsflash(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     if (logits_bytes) *logits_bytes = file_bytes(out_.path() + "/l.bin");
     if (err) *err = r.err;
@@ -72,15 +62,15 @@ TEST_F(CacheCli, ASecondRunHitsWhatTheFirstStored) {
   EXPECT_EQ(hit["cached_tokens"], 448);  // 7 whole blocks before the last prompt token
   EXPECT_EQ(hit["generated"][0], cold["generated"][0]);
 
-  CliRun stats = run_cli({"cache", "stats", "--cache-dir", cache.path(), "--json"});
+  CliRun stats = run_dsflash({"cache", "stats", "--cache-dir", cache.path(), "--json"});
   ASSERT_EQ(stats.exit_code, 0) << stats.err;
   const auto s = nlohmann::json::parse(stats.out);
   ASSERT_EQ(s["models"].size(), 1u);
   EXPECT_EQ(s["models"][0]["records"], 7);
-  CliRun verify = run_cli({"cache", "verify", "--cache-dir", cache.path(), "--json"});
+  CliRun verify = run_dsflash({"cache", "verify", "--cache-dir", cache.path(), "--json"});
   EXPECT_EQ(verify.exit_code, 0) << verify.out;
   EXPECT_EQ(nlohmann::json::parse(verify.out)["models"][0]["tokens"], 448);
-  CliRun clear = run_cli({"cache", "clear", "--cache-dir", cache.path()});
+  CliRun clear = run_dsflash({"cache", "clear", "--cache-dir", cache.path()});
   EXPECT_EQ(clear.exit_code, 0);
   EXPECT_THAT(clear.out, HasSubstr("removed 7 files"));
   EXPECT_EQ(logits({"--cache-dir", cache.path()})["cached_tokens"], 0);
@@ -96,7 +86,7 @@ TEST_F(CacheCli, DamagedRecordsAreFoundByVerifyAndNeverChangeAnAnswer) {
     io.seekp(500);
     io.put('\x33');
   }
-  CliRun verify = run_cli({"cache", "verify", "--cache-dir", cache.path()});
+  CliRun verify = run_dsflash({"cache", "verify", "--cache-dir", cache.path()});
   EXPECT_EQ(verify.exit_code, 1);
   EXPECT_THAT(verify.out, HasSubstr("checksum mismatch"));
   std::string err;

@@ -1,7 +1,6 @@
 // `dsflash generate` fixes: the end-of-sentence id ends generation and is never printed (ids or text); a missing
 // model directory is reported as such (not as a missing tokenizer.json); a negative -n gets a readable message;
 // --stop strings cut the output.
-#include <CLI/CLI.hpp>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +10,6 @@
 #include <sstream>
 
 #include "apps/cli_run.h"
-#include "commands.h"
 #include "model/golden_tensors.h"
 
 namespace {
@@ -19,11 +17,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using dsflash::testing::CliRun;
-
-CliRun run_cli(std::vector<std::string> args) {
-  return dsflash::testing::run_cli_commands(
-      [](CLI::App& app, int* exit_code) { dsflash::cli::add_generate_command(app, exit_code); }, std::move(args));
-}
+using dsflash::testing::run_dsflash;
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;
@@ -42,7 +36,7 @@ class GenerateCli : public ::testing::Test {
 
 // A copy of tiny-a whose end-of-sentence id is the third id greedy generation produces.
 TEST_F(GenerateCli, EndOfSentenceIdIsNotOutput) {
-  CliRun free_run = run_cli({"generate", "-m", model_, "--tokens", "0,17,300", "-n", "6", "--ids"});
+  CliRun free_run = run_dsflash({"generate", "-m", model_, "--tokens", "0,17,300", "-n", "6", "--ids"});
   ASSERT_EQ(free_run.exit_code, 0) << free_run.err;
   const auto ids = lines(free_run.out);
   ASSERT_EQ(ids.size(), 6u);
@@ -63,13 +57,13 @@ TEST_F(GenerateCli, EndOfSentenceIdIsNotOutput) {
   std::ofstream(dir / "config.json")
       << std::regex_replace(config.str(), std::regex("\"eos_token_id\": *[0-9]+"), "\"eos_token_id\": " + eos);
 
-  CliRun stopped = run_cli({"generate", "-m", dir.string(), "--tokens", "0,17,300", "-n", "6", "--ids"});
+  CliRun stopped = run_dsflash({"generate", "-m", dir.string(), "--tokens", "0,17,300", "-n", "6", "--ids"});
   ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
   EXPECT_EQ(lines(stopped.out), std::vector<std::string>(ids.begin(), ids.begin() + static_cast<int64_t>(first)));
   // Text mode: the same text as the ids before the stop, without the end-of-sentence token's text.
-  CliRun text = run_cli({"generate", "-m", dir.string(), "--tokens", "0,17,300", "-n", "6"});
+  CliRun text = run_dsflash({"generate", "-m", dir.string(), "--tokens", "0,17,300", "-n", "6"});
   ASSERT_EQ(text.exit_code, 0) << text.err;
-  CliRun text_free = run_cli({"generate", "-m", model_, "--tokens", "0,17,300", "-n", std::to_string(first)});
+  CliRun text_free = run_dsflash({"generate", "-m", model_, "--tokens", "0,17,300", "-n", std::to_string(first)});
   ASSERT_EQ(text_free.exit_code, 0) << text_free.err;
   EXPECT_EQ(text.out, text_free.out);
   std::filesystem::remove_all(dir);
@@ -77,7 +71,7 @@ TEST_F(GenerateCli, EndOfSentenceIdIsNotOutput) {
 
 TEST_F(GenerateCli, MissingModelDirectoryIsReportedAsSuch) {
   for (const char* source : {"-p", "--tokens"}) {
-    CliRun r = run_cli({"generate", "-m", "/no/such/dir", source, source == std::string("-p") ? "hello" : "1,2"});
+    CliRun r = run_dsflash({"generate", "-m", "/no/such/dir", source, source == std::string("-p") ? "hello" : "1,2"});
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_THAT(r.err, HasSubstr("model directory /no/such/dir does not exist"));
     EXPECT_THAT(r.err, Not(HasSubstr("tokenizer.json")));
@@ -85,19 +79,19 @@ TEST_F(GenerateCli, MissingModelDirectoryIsReportedAsSuch) {
 }
 
 TEST_F(GenerateCli, NegativeMaxTokensGetsAReadableMessage) {
-  CliRun r = run_cli({"generate", "-m", model_, "--tokens", "1,2", "-n", "-3"});
+  CliRun r = run_dsflash({"generate", "-m", model_, "--tokens", "1,2", "-n", "-3"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("must be a whole number >= 0, got -3"));
   EXPECT_LT(r.err.size(), 200u) << r.err;
 }
 
 TEST_F(GenerateCli, StopStringCutsTheOutput) {
-  CliRun free_run = run_cli({"generate", "-m", model_, "--tokens", "0,17,300", "-n", "8"});
+  CliRun free_run = run_dsflash({"generate", "-m", model_, "--tokens", "0,17,300", "-n", "8"});
   ASSERT_EQ(free_run.exit_code, 0) << free_run.err;
   const std::string text = free_run.out.substr(0, free_run.out.size() - 1);  // without the final newline
   ASSERT_GE(text.size(), 4u);
   const std::string stop = text.substr(text.size() / 2, 2);
-  CliRun r = run_cli({"generate", "-m", model_, "--tokens", "0,17,300", "-n", "8", "--stop", stop});
+  CliRun r = run_dsflash({"generate", "-m", model_, "--tokens", "0,17,300", "-n", "8", "--stop", stop});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, text.substr(0, text.find(stop)) + "\n");
 }

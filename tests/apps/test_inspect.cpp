@@ -1,5 +1,4 @@
 // `dsflash inspect` end to end through its CLI11 subcommand: text and JSON output, exit codes.
-#include <CLI/CLI.hpp>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,26 +9,18 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_run.h"
-#include "commands.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 
 using dsflash::testing::CliRun;
-
-CliRun run_inspect(std::vector<std::string> args) {
-  return dsflash::testing::run_cli_commands(
-      [](CLI::App& app, int* exit_code) {
-        dsflash::cli::add_inspect_command(app, exit_code);
-      },
-      std::move(args));
-}
+using dsflash::testing::run_dsflash;
 
 const std::string kShared = DSFLASH_SHARED_DIR;
 
 TEST(Inspect, RealConfigJsonWithExpectedTensors) {
-  CliRun r = run_inspect({"inspect", "--config", kShared + "/spec/config_v41_flash.json", "--json", "--expected-tensors"});
+  CliRun r = run_dsflash({"inspect", "--config", kShared + "/spec/config_v41_flash.json", "--json", "--expected-tensors"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["global_kv_bytes_per_token"], 890);
@@ -43,15 +34,15 @@ TEST(Inspect, RealConfigJsonWithExpectedTensors) {
 }
 
 TEST(Inspect, FlatConfigGivesTheSameJson) {
-  CliRun root = run_inspect({"inspect", "--config", kShared + "/spec/config_v41_flash.json", "--json"});
-  CliRun flat = run_inspect({"inspect", "--config", kShared + "/spec/inference_config_v41_flash.json", "--json"});
+  CliRun root = run_dsflash({"inspect", "--config", kShared + "/spec/config_v41_flash.json", "--json"});
+  CliRun flat = run_dsflash({"inspect", "--config", kShared + "/spec/inference_config_v41_flash.json", "--json"});
   ASSERT_EQ(root.exit_code, 0);
   ASSERT_EQ(flat.exit_code, 0);
   EXPECT_EQ(root.out, flat.out);
 }
 
 TEST(Inspect, GoldenCheckpointText) {
-  CliRun r = run_inspect({"inspect", "-m", kShared + "/goldens/tiny-b/checkpoint"});
+  CliRun r = run_dsflash({"inspect", "-m", kShared + "/goldens/tiny-b/checkpoint"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("Checkpoint tensors: 1,225 tensors, 12,500,337 bytes"));
   EXPECT_THAT(r.out, HasSubstr("I8"));
@@ -60,13 +51,13 @@ TEST(Inspect, GoldenCheckpointText) {
 }
 
 TEST(Inspect, ErrorsAreOneLineWithExitCodes) {
-  CliRun missing = run_inspect({"inspect", "-m", "/nonexistent-dsflash-model"});
+  CliRun missing = run_dsflash({"inspect", "-m", "/nonexistent-dsflash-model"});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("/nonexistent-dsflash-model"));
   EXPECT_TRUE(missing.out.empty());
-  CliRun neither = run_inspect({"inspect"});
+  CliRun neither = run_dsflash({"inspect"});
   EXPECT_EQ(neither.exit_code, 2);
-  CliRun both = run_inspect({"inspect", "-m", "a", "--config", "b"});
+  CliRun both = run_dsflash({"inspect", "-m", "a", "--config", "b"});
   EXPECT_EQ(both.exit_code, 2);
 }
 

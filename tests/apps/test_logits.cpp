@@ -1,7 +1,6 @@
 // `dsflash logits` and `dsflash generate` through their CLI11 subcommands: the logits file and JSON line on a
 // golden checkpoint (rows against the golden within the fast-path tolerance), and clear errors with a non-zero
 // exit for bad input (ids outside the vocab, empty prompt, context beyond the maximum, a missing tensor).
-#include <CLI/CLI.hpp>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_run.h"
-#include "commands.h"
 #include "io/safetensors.h"
 #include "model/golden_tensors.h"
 
@@ -24,15 +22,7 @@ namespace {
 using ::testing::HasSubstr;
 
 using dsflash::testing::CliRun;
-
-CliRun run_cli(std::vector<std::string> args) {
-  return dsflash::testing::run_cli_commands(
-      [](CLI::App& app, int* exit_code) {
-        dsflash::cli::add_logits_command(app, exit_code);
-        dsflash::cli::add_generate_command(app, exit_code);
-      },
-      std::move(args));
-}
+using dsflash::testing::run_dsflash;
 
 std::string join(const std::vector<int64_t>& ids, size_t count) {
   std::string s;
@@ -66,7 +56,7 @@ TEST_F(LogitsCli, ExactFollowRowsMatchGolden) {
                                      std::to_string(steps), "--out", out, "--exact", "--follow",
                                      join(generated, steps)};
     if (reference) args.push_back("--reference");
-    CliRun r = run_cli(args);
+    CliRun r = run_dsflash(args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto line = nlohmann::json::parse(r.out);
     const size_t rows = prompt.size() + steps;
@@ -93,7 +83,7 @@ TEST_F(LogitsCli, ExactFollowRowsMatchGolden) {
 
 TEST_F(LogitsCli, WithoutExactWritesLastPromptRowAndDecodeRows) {
   const std::string out = temp_path("logits_last.bin");
-  CliRun r = run_cli({"logits", "-m", model_, "--tokens", "0,5,9,200", "-n", "3", "--out", out});
+  CliRun r = run_dsflash({"logits", "-m", model_, "--tokens", "0,5,9,200", "-n", "3", "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto line = nlohmann::json::parse(r.out);
   EXPECT_EQ(line["positions"], nlohmann::json::parse("[3,4,5,6]"));
@@ -105,10 +95,10 @@ TEST_F(LogitsCli, WithoutExactWritesLastPromptRowAndDecodeRows) {
 // window has nothing to replay, so it must give exactly the rows of the full forward.
 TEST_F(LogitsCli, DefaultPlanEqualsExactWhenThePromptFitsTheWindow) {
   const std::string exact_out = temp_path("plan_exact.bin"), plan_out = temp_path("plan_default.bin");
-  CliRun exact = run_cli({"logits", "-m", model_, "--tokens", "0,5,9,200", "-n", "5", "--out", exact_out, "--exact",
+  CliRun exact = run_dsflash({"logits", "-m", model_, "--tokens", "0,5,9,200", "-n", "5", "--out", exact_out, "--exact",
                           "--reference"});
   ASSERT_EQ(exact.exit_code, 0) << exact.err;
-  CliRun plan = run_cli({"logits", "-m", model_, "--tokens", "0,5,9,200", "-n", "5", "--out", plan_out, "--reference"});
+  CliRun plan = run_dsflash({"logits", "-m", model_, "--tokens", "0,5,9,200", "-n", "5", "--out", plan_out, "--reference"});
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_EQ(nlohmann::json::parse(exact.out)["generated"], nlohmann::json::parse(plan.out)["generated"]);
   auto read = [](const std::string& path) {
@@ -123,7 +113,7 @@ TEST_F(LogitsCli, DefaultPlanEqualsExactWhenThePromptFitsTheWindow) {
   // A prompt longer than the window (tiny-a: 8) replays only its tail through the decoder: it still runs.
   std::string ids;
   for (int i = 0; i < 30; ++i) ids += (i ? "," : "") + std::to_string((i * 37) % 2048);
-  CliRun longer = run_cli({"logits", "-m", model_, "--tokens", ids, "-n", "2", "--out", plan_out});
+  CliRun longer = run_dsflash({"logits", "-m", model_, "--tokens", ids, "-n", "2", "--out", plan_out});
   ASSERT_EQ(longer.exit_code, 0) << longer.err;
   EXPECT_EQ(nlohmann::json::parse(longer.out)["positions"], nlohmann::json::parse("[29,30,31]"));
   std::filesystem::remove(exact_out);
@@ -136,9 +126,9 @@ TEST_F(LogitsCli, SpeculativeRunWritesTheSameRowsAndReportsTheDrafts) {
   std::string ids;
   for (int i = 0; i < 30; ++i) ids += (i ? "," : "") + std::to_string((i * 53 + 7) % 2048);
   const std::string plain_out = temp_path("spec_plain.bin"), spec_out = temp_path("spec_on.bin");
-  CliRun plain = run_cli({"logits", "-m", model_, "--tokens", ids, "-n", "20", "--out", plain_out});
+  CliRun plain = run_dsflash({"logits", "-m", model_, "--tokens", ids, "-n", "20", "--out", plain_out});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  CliRun spec = run_cli({"logits", "-m", model_, "--tokens", ids, "-n", "20", "--out", spec_out, "--speculative", "4"});
+  CliRun spec = run_dsflash({"logits", "-m", model_, "--tokens", ids, "-n", "20", "--out", spec_out, "--speculative", "4"});
   ASSERT_EQ(spec.exit_code, 0) << spec.err;
   const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(spec.out);
   EXPECT_EQ(a["generated"], b["generated"]);
@@ -153,7 +143,7 @@ TEST_F(LogitsCli, SpeculativeRunWritesTheSameRowsAndReportsTheDrafts) {
     return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
   EXPECT_EQ(read(plain_out), read(spec_out));
-  CliRun refused = run_cli({"logits", "-m", model_, "--tokens", ids, "-n", "3", "--out", spec_out, "--speculative",
+  CliRun refused = run_dsflash({"logits", "-m", model_, "--tokens", ids, "-n", "3", "--out", spec_out, "--speculative",
                             "2", "--follow", "1,2,3"});
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_THAT(refused.err, HasSubstr("follow"));
@@ -165,7 +155,7 @@ TEST_F(LogitsCli, TokensFile) {
   const std::string ids = temp_path("ids.txt");
   std::ofstream(ids) << "0 5\n9,200\n";
   const std::string out = temp_path("logits_file.bin");
-  CliRun r = run_cli({"logits", "-m", model_, "--tokens-file", ids, "--out", out});
+  CliRun r = run_dsflash({"logits", "-m", model_, "--tokens-file", ids, "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["prompt_tokens"], 4);
   std::filesystem::remove(ids);
@@ -174,22 +164,22 @@ TEST_F(LogitsCli, TokensFile) {
 
 TEST_F(LogitsCli, BadInputFailsWithMessage) {
   const std::string out = temp_path("bad.bin");
-  CliRun r = run_cli({"logits", "-m", model_, "--tokens", "1,2048", "--out", out});
+  CliRun r = run_dsflash({"logits", "-m", model_, "--tokens", "1,2048", "--out", out});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("token id 2048"));
-  r = run_cli({"logits", "-m", model_, "--tokens", "", "--out", out});
+  r = run_dsflash({"logits", "-m", model_, "--tokens", "", "--out", out});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("empty"));
-  r = run_cli({"logits", "-m", model_, "--tokens", "1,x", "--out", out});
+  r = run_dsflash({"logits", "-m", model_, "--tokens", "1,x", "--out", out});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("\"x\" is not a token id"));
-  r = run_cli({"logits", "-m", model_, "--tokens", "1,2", "-n", "3", "--follow", "4", "--out", out});
+  r = run_dsflash({"logits", "-m", model_, "--tokens", "1,2", "-n", "3", "--follow", "4", "--out", out});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--follow"));
-  r = run_cli({"logits", "-m", model_, "--tokens", "1,2", "-n", "100000000", "--out", out});
+  r = run_dsflash({"logits", "-m", model_, "--tokens", "1,2", "-n", "100000000", "--out", out});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("max_position_embeddings"));
-  r = run_cli({"logits", "-m", temp_path("no_such_dir"), "--tokens", "1", "--out", out});
+  r = run_dsflash({"logits", "-m", temp_path("no_such_dir"), "--tokens", "1", "--out", out});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_FALSE(r.err.empty());
   std::filesystem::remove(out);
@@ -217,17 +207,17 @@ TEST_F(LogitsCli, CheckpointMissingTensor) {
   }
   ASSERT_TRUE(writer.write((dir / "model.safetensors").string()).ok());
   const std::string out = temp_path("missing.bin");
-  CliRun r = run_cli({"logits", "-m", dir.string(), "--tokens", "1,2", "--out", out});
+  CliRun r = run_dsflash({"logits", "-m", dir.string(), "--tokens", "1,2", "--out", out});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("layers.3.ffn.gate.bias"));
   std::filesystem::remove_all(dir);
 }
 
 TEST_F(LogitsCli, GenerateStreamsIdsAndIsReproducible) {
-  CliRun a = run_cli({"generate", "-m", model_, "--tokens", "0,17,300", "-n", "6", "--ids", "--temp", "0.9",
+  CliRun a = run_dsflash({"generate", "-m", model_, "--tokens", "0,17,300", "-n", "6", "--ids", "--temp", "0.9",
                       "--top-k", "50", "--top-p", "0.95", "--seed", "11"});
   ASSERT_EQ(a.exit_code, 0) << a.err;
-  CliRun b = run_cli({"generate", "-m", model_, "--tokens", "0,17,300", "-n", "6", "--ids", "--temp", "0.9",
+  CliRun b = run_dsflash({"generate", "-m", model_, "--tokens", "0,17,300", "-n", "6", "--ids", "--temp", "0.9",
                       "--top-k", "50", "--top-p", "0.95", "--seed", "11"});
   EXPECT_EQ(a.out, b.out);
   EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 6);
@@ -237,25 +227,25 @@ TEST_F(LogitsCli, GenerateStreamsIdsAndIsReproducible) {
   ASSERT_TRUE(golden.ok());
   const auto prompt = dsflash::testing::to_i64(golden->find("prompt_ids"));
   const auto generated = dsflash::testing::to_i64(golden->find("generated_ids"));
-  CliRun g = run_cli({"generate", "-m", model_, "--tokens", join(prompt, prompt.size()), "-n", "5", "--ids",
+  CliRun g = run_dsflash({"generate", "-m", model_, "--tokens", join(prompt, prompt.size()), "-n", "5", "--ids",
                       "--reference", "--exact"});
   ASSERT_EQ(g.exit_code, 0) << g.err;
   std::string expect;
   for (int i = 0; i < 5; ++i) expect += std::to_string(generated[static_cast<size_t>(i)]) + "\n";
   EXPECT_EQ(g.out, expect);
-  CliRun plan_generate = run_cli({"generate", "-m", model_, "--tokens", join(prompt, prompt.size()), "-n", "5", "--ids"});
+  CliRun plan_generate = run_dsflash({"generate", "-m", model_, "--tokens", join(prompt, prompt.size()), "-n", "5", "--ids"});
   ASSERT_EQ(plan_generate.exit_code, 0) << plan_generate.err;
   const std::string plan_out = temp_path("plan_generate.bin");
-  CliRun plan_logits = run_cli({"logits", "-m", model_, "--tokens", join(prompt, prompt.size()), "-n", "4", "--out", plan_out});
+  CliRun plan_logits = run_dsflash({"logits", "-m", model_, "--tokens", join(prompt, prompt.size()), "-n", "4", "--out", plan_out});
   ASSERT_EQ(plan_logits.exit_code, 0) << plan_logits.err;
   std::string plan_expect;
   const auto plan_line = nlohmann::json::parse(plan_logits.out);
   for (const auto& id : plan_line["generated"]) plan_expect += std::to_string(id.get<int>()) + "\n";
   EXPECT_EQ(plan_generate.out, plan_expect);
   std::filesystem::remove(plan_out);
-  CliRun text = run_cli({"generate", "-m", model_, "-p", "Hello world", "-n", "3"});
+  CliRun text = run_dsflash({"generate", "-m", model_, "-p", "Hello world", "-n", "3"});
   EXPECT_EQ(text.exit_code, 0) << text.err;
-  CliRun bad = run_cli({"generate", "-m", model_, "--tokens", "5", "--temp", "-1"});
+  CliRun bad = run_dsflash({"generate", "-m", model_, "--tokens", "5", "--temp", "-1"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_THAT(bad.err, HasSubstr("temperature"));
 }

@@ -1,6 +1,5 @@
 // `dsflash make-tiny` end to end through its CLI11 subcommand: writes, verifies, refuses a non-empty directory
 // unless --force, rejects an unknown preset.
-#include <CLI/CLI.hpp>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,7 +11,6 @@
 #include <sstream>
 
 #include "apps/cli_run.h"
-#include "commands.h"
 #include "io/checkpoint.h"
 
 namespace {
@@ -21,14 +19,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 using dsflash::testing::CliRun;
-
-CliRun run_make_tiny(std::vector<std::string> args) {
-  return dsflash::testing::run_cli_commands(
-      [](CLI::App& app, int* exit_code) {
-        dsflash::cli::add_make_tiny_command(app, exit_code);
-      },
-      std::move(args));
-}
+using dsflash::testing::run_dsflash;
 
 class MakeTinyCli : public ::testing::Test {
  protected:
@@ -49,24 +40,24 @@ class MakeTinyCli : public ::testing::Test {
 TEST_F(MakeTinyCli, WritesVerifiesAndRefusesToOverwrite) {
   const std::vector<std::string> args = {"make-tiny", "--preset", "tiny", "-o", dir_.string(), "--seed", "3",
                                          "--tokenizer", tokenizer_};
-  CliRun first = run_make_tiny(args);
+  CliRun first = run_dsflash(args);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_THAT(first.out, HasSubstr("1028 tensors"));
   EXPECT_THAT(first.out, HasSubstr("verified"));
   EXPECT_TRUE(dsflash::Checkpoint::open(dir_.string()).ok());
 
-  CliRun again = run_make_tiny(args);
+  CliRun again = run_dsflash(args);
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_THAT(again.err, HasSubstr("not empty"));
 
   std::vector<std::string> forced = args;
   forced.push_back("--force");
-  EXPECT_EQ(run_make_tiny(forced).exit_code, 0);
+  EXPECT_EQ(run_dsflash(forced).exit_code, 0);
 }
 
 TEST_F(MakeTinyCli, RejectsUnknownPresetAndMissingOutput) {
-  EXPECT_NE(run_make_tiny({"make-tiny", "--preset", "huge", "-o", dir_.string()}).exit_code, 0);
-  EXPECT_NE(run_make_tiny({"make-tiny", "--preset", "tiny"}).exit_code, 0);
+  EXPECT_NE(run_dsflash({"make-tiny", "--preset", "huge", "-o", dir_.string()}).exit_code, 0);
+  EXPECT_NE(run_dsflash({"make-tiny", "--preset", "tiny"}).exit_code, 0);
   EXPECT_FALSE(fs::exists(dir_));
 }
 

@@ -12,6 +12,9 @@
 
 namespace dsflash::test {
 
+inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+inline constexpr float kInf = std::numeric_limits<float>::infinity();
+
 // Value of an e4m3 fn code from the format's definition: bias 7, exponent 0 subnormal, S.1111.111 NaN.
 inline double ref_e4m3_value(uint8_t code) {
   const int sign = code >> 7;

@@ -22,8 +22,8 @@ using test::ref_f32_to_e4m3;
 
 float from_bits(uint32_t bits) { return std::bit_cast<float>(bits); }
 uint32_t to_bits(float value) { return std::bit_cast<uint32_t>(value); }
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-const float kInf = std::numeric_limits<float>::infinity();
+using test::kInf;
+using test::kNaN;
 
 // ---------------------------------------------------------------------------------------------- bf16
 

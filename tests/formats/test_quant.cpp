@@ -21,8 +21,8 @@ using test::ref_act_quant;
 using test::ref_fp4_e4m3;
 using test::ref_fp4_ue8m0;
 
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-const float kInf = std::numeric_limits<float>::infinity();
+using test::kInf;
+using test::kNaN;
 
 std::vector<uint8_t> unpack(const std::vector<uint8_t>& packed, size_t n) {
   std::vector<uint8_t> codes(n);

@@ -17,11 +17,10 @@
 namespace dsflash {
 namespace {
 
-struct Shape {
-  int rows, out, in;
-};
+using test::LinearShape;
+
 // Ragged rows, outputs off every tile size, odd block counts.
-const Shape kShapes[] = {{1, 1, 32},  {1, 7, 64},   {2, 15, 96},  {3, 17, 160}, {5, 31, 224},
+const LinearShape kBackendShapes[] = {{1, 1, 32},  {1, 7, 64},   {2, 15, 96},  {3, 17, 160}, {5, 31, 224},
                          {8, 33, 544}, {17, 45, 96}, {40, 16, 64}, {1, 130, 1088}, {64, 50, 544}};
 
 TEST(Backend, TablesAreCompleteAndOrdered) {
@@ -57,7 +56,7 @@ TEST(Backend, GemmsWithinTheReorderingBound) {
   const Backend& ref = reference_backend();
   for (const Backend* b : test::every_backend()) {
     std::mt19937 rng(21);
-    for (const Shape& s : kShapes) {
+    for (const LinearShape& s : kBackendShapes) {
       const std::string what = std::string(b->name) + " rows " + std::to_string(s.rows) + " out " +
                                std::to_string(s.out) + " in " + std::to_string(s.in);
       auto x = test::random_fp8_acts(rng, s.rows, s.in);
@@ -120,7 +119,7 @@ TEST(Backend, FusedLinearsAreActQuantThenTheTablesGemm) {
   ThreadPool pool(2);
   for (const Backend* b : test::every_backend()) {
     std::mt19937 rng(23);
-    for (const Shape& s : kShapes) {
+    for (const LinearShape& s : kBackendShapes) {
       const std::string what = std::string(b->name) + " rows " + std::to_string(s.rows) + " out " +
                                std::to_string(s.out) + " in " + std::to_string(s.in);
       std::vector<float> x = test::random_floats(rng, int64_t{s.rows} * s.in, true);

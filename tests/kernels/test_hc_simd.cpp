@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "kernels/hc.h"
 #include "kernels/reduce.h"
+#include "test_backend_util.h"
 
 namespace dsflash {
 namespace {
@@ -39,7 +40,7 @@ std::vector<NamedDots> simd_dot_kernels() {
   return all;
 }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+using test::same_bits;
 
 // Wrong variants a kernel could be: the chain with FMA steps, and the chain summed from the top index down.
 float fma_chain(const float* x, const float* w, int64_t n) {
@@ -122,21 +123,10 @@ std::vector<float> edgy_values(std::mt19937& rng, int64_t n) {
   return v;
 }
 
-// Bit for bit, except that any NaN matches any NaN: when both operands of an add are NaN, x86 returns the first
-// one, and which operand of the scalar reference's commutative `acc += p * x` comes first is the compiler's choice
-// (with this build the reference keeps the product's NaN where the AVX2 kernel keeps the sum's), so the
-// reference itself does not fix a NaN's sign or payload.
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i]) && std::isnan(want[i])) continue;
-    uint32_t g, w;
-    std::memcpy(&g, &got[i], 4);
-    std::memcpy(&w, &want[i], 4);
-    ASSERT_EQ(g, w) << what << " at " << i << ": " << got[i] << " vs " << want[i];
-  }
-}
-
+// Bit for bit, except that any NaN matches any NaN (NanBits::kAnyNan): when both operands of an add are NaN, x86
+// returns the first one, and which operand of the scalar reference's commutative `acc += p * x` comes first is the
+// compiler's choice (with this build the reference keeps the product's NaN where the AVX2 kernel keeps the sum's),
+// so the reference itself does not fix a NaN's sign or payload.
 TEST(HcPrePostSimd, Avx2EqualsReferenceBitForBit) {
   std::mt19937 rng(43);
   for (int hc : {1, 2, 4}) {
@@ -151,12 +141,12 @@ TEST(HcPrePostSimd, Avx2EqualsReferenceBitForBit) {
         std::vector<float> want(static_cast<size_t>(tokens * dim)), got(want.size(), -1.0f);
         hc_pre(streams.data(), tokens, hc, dim, mix.data(), want.data());
         hc_pre_avx2(streams.data(), tokens, hc, dim, mix.data(), got.data());
-        expect_same_bits(got, want, "hc_pre " + what);
+        test::expect_same_bits(got, want, "hc_pre " + what, test::NanBits::kAnyNan);
         want.assign(streams.size(), 0.0f);
         got.assign(streams.size(), -1.0f);
         hc_post(y.data(), streams.data(), tokens, hc, dim, mix.data(), comb.data(), want.data());
         hc_post_avx2(y.data(), streams.data(), tokens, hc, dim, mix.data(), comb.data(), got.data());
-        expect_same_bits(got, want, "hc_post " + what);
+        test::expect_same_bits(got, want, "hc_post " + what, test::NanBits::kAnyNan);
       }
     }
   }

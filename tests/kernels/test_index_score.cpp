@@ -14,11 +14,12 @@
 
 #include "formats/formats.h"
 #include "kernels/index_score.h"
+#include "test_backend_util.h"
 
 namespace dsflash {
 namespace {
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+using test::same_bits;
 
 TEST(IndexScore, PackTransposesAndZeroPads) {
   const int64_t dim = 5, keys = 3;

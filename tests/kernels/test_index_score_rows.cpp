@@ -17,6 +17,7 @@
 #include "formats/quant.h"
 #include "kernels/backend.h"
 #include "kernels/index_score.h"
+#include "test_backend_util.h"
 
 namespace dsflash {
 namespace {
@@ -74,13 +75,9 @@ std::vector<float> run(const Case& c, void (*kernel)(const IndexScoreRowsArgs&))
   return scores;
 }
 
-void expect_same_bits(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::isnan(want[i]) && std::isnan(got[i])) continue;  // NaN sign/payload unspecified (no table keeps it)
-    ASSERT_EQ(std::memcmp(&want[i], &got[i], sizeof(float)), 0) << what << " at " << i << ": " << want[i] << " vs "
-                                                                << got[i];
-  }
+// A NaN score's sign and payload are unspecified (no table keeps them).
+void expect_same_scores(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  test::expect_same_bits(got, want, what, test::NanBits::kAnyNan);
 }
 
 std::vector<std::pair<std::string, void (*)(const IndexScoreRowsArgs&)>> kernels() {
@@ -100,9 +97,9 @@ TEST(IndexScoreRows, EveryTableIsTheOracleOnRandomShapes) {
           const Case c = make_case(seed++, queries, keys, heads, dim, 122, 128);
           const std::vector<float> want = run(c, index_scores_rows_reference);
           for (const auto& [name, kernel] : kernels()) {
-            expect_same_bits(want, run(c, kernel),
-                             name + " heads " + std::to_string(heads) + " dim " + std::to_string(dim) + " keys " +
-                                 std::to_string(keys) + " queries " + std::to_string(queries));
+            expect_same_scores(run(c, kernel), want,
+                               name + " heads " + std::to_string(heads) + " dim " + std::to_string(dim) + " keys " +
+                                   std::to_string(keys) + " queries " + std::to_string(queries));
           }
         }
       }
@@ -126,14 +123,14 @@ TEST(IndexScoreRows, FallbacksKeepTheOracleBits) {
     for (int64_t keys : {7, 33}) {
       const Case c = make_case(seed++, 2, keys, 8, 128, e.scale_lo, e.scale_hi, e.q_sigma);
       const std::vector<float> want = run(c, index_scores_rows_reference);
-      for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " " + e.what);
+      for (const auto& [name, kernel] : kernels()) expect_same_scores(run(c, kernel), want, name + " " + e.what);
     }
   }
   // q that is not e2m1 times a power of two (a value between codes): the whole call falls back.
   Case c = make_case(seed++, 2, 20, 4, 64, 124, 127);
   c.q[5] = 0.7f;
   const std::vector<float> want = run(c, index_scores_rows_reference);
-  for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " not MXFP4");
+  for (const auto& [name, kernel] : kernels()) expect_same_scores(run(c, kernel), want, name + " not MXFP4");
 }
 
 TEST(IndexScoreRows, FlatQueriesCheckTheShiftedBoundSum) {
@@ -153,7 +150,8 @@ TEST(IndexScoreRows, FlatQueriesCheckTheShiftedBoundSum) {
       }
       const std::vector<float> want = run(c, index_scores_rows_reference);
       for (const auto& [name, kernel] : kernels()) {
-        expect_same_bits(want, run(c, kernel), name + " flat q, scales " + std::to_string(lo) + ".." + std::to_string(hi));
+        expect_same_scores(run(c, kernel), want,
+                           name + " flat q, scales " + std::to_string(lo) + ".." + std::to_string(hi));
       }
     }
   }
@@ -200,7 +198,7 @@ Case units_around_a_large_sum(int64_t big_end, int64_t ik_sum, const std::array<
 bool reference_rounding_shows(const Case& c, float exact, const std::string& what) {
   const std::vector<float> want = run(c, index_scores_rows_reference);
   if (round_to_bf16(exact) == want[0]) return false;
-  for (const auto& [name, kernel] : kernels()) expect_same_bits(want, run(c, kernel), name + " " + what);
+  for (const auto& [name, kernel] : kernels()) expect_same_scores(run(c, kernel), want, name + " " + what);
   return true;
 }
 

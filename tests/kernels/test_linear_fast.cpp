@@ -24,6 +24,8 @@
 namespace dsflash {
 namespace {
 
+using test::LinearShape;
+
 std::vector<const LinearKernels*> fast_kernels() {
   std::vector<const LinearKernels*> all = linear_impl::available_kernels();
   all.pop_back();  // the reference itself
@@ -56,12 +58,9 @@ OrderedWeights in_order(const test::Fp8WeightData& w8, const test::Fp4WeightData
   return o;
 }
 
-struct Shape {
-  int rows, out, in;
-};
 
 // Ragged rows 1..300, outputs off every tile size, odd block counts, and K spanning several scratch chunks.
-const Shape kShapes[] = {{1, 1, 32},    {1, 7, 64},     {2, 15, 96},   {3, 16, 160},  {4, 17, 32},
+const LinearShape kFastShapes[] = {{1, 1, 32},    {1, 7, 64},     {2, 15, 96},   {3, 16, 160},  {4, 17, 32},
                          {5, 31, 224},  {6, 33, 1088},  {7, 45, 2112}, {8, 64, 256},  {9, 100, 96},
                          {12, 8, 3104}, {16, 48, 1280}, {17, 33, 544}, {1, 130, 5120}, {2, 257, 64},
                          {40, 16, 96},  {33, 5, 64},   // few outputs, many rows: split over rows
@@ -85,7 +84,7 @@ TEST(LinearFast, Fp8MatchesReference) {
   ThreadPool pool(2);
   for (const LinearKernels* k : fast_kernels()) {
     std::mt19937 rng(11);
-    for (const Shape& s : kShapes) {
+    for (const LinearShape& s : kFastShapes) {
       auto x = test::random_fp8_acts(rng, s.rows, s.in);
       auto w = test::random_fp8_weight(rng, s.out, s.in);
       std::vector<float> ref(s.rows * s.out), fast(s.rows * s.out, -7.0f), fast_mt(s.rows * s.out, -7.0f);
@@ -107,7 +106,7 @@ TEST(LinearFast, Fp4MatchesReference) {
   ThreadPool pool(2);
   for (const LinearKernels* k : fast_kernels()) {
     std::mt19937 rng(12);
-    for (const Shape& s : kShapes) {
+    for (const LinearShape& s : kFastShapes) {
       auto x = test::random_fp8_acts(rng, s.rows, s.in);
       auto w = test::random_fp4_weight(rng, s.out, s.in);
       std::vector<float> ref(s.rows * s.out), fast(s.rows * s.out, -7.0f), fast_mt(s.rows * s.out, -7.0f);
@@ -127,14 +126,14 @@ TEST(LinearFast, Fp4MatchesReference) {
 
 TEST(LinearFast, Bf16MatchesReference) {
   ThreadPool pool(2);
-  const Shape shapes[] = {{1, 1, 1},   {1, 5, 7},    {2, 9, 15},     {3, 4, 16},   {4, 13, 17},
+  const LinearShape shapes[] = {{1, 1, 1},   {1, 5, 7},    {2, 9, 15},     {3, 4, 16},   {4, 13, 17},
                           {5, 3, 100}, {7, 33, 513}, {16, 21, 1280}, {17, 6, 33}, {1, 130, 5120},
                           {40, 300, 64},
                           // more rows than one L2 row block holds at this K (several blocks, a ragged last one)
                           {70, 9, 4100}};
   for (const LinearKernels* k : fast_kernels()) {
     std::mt19937 rng(13);
-    for (const Shape& s : shapes)
+    for (const LinearShape& s : shapes)
       for (bool bf16_x : {true, false}) {
         auto x = test::random_floats(rng, s.rows * s.in, bf16_x);
         auto w = test::random_bf16_weight(rng, s.out, s.in);
@@ -175,13 +174,13 @@ TEST(LinearFast, Bf16KeepsSubnormalActivations) {
 // table takes the latter, and bf16 subnormals, through AVX2's fp32 FMAs): within the reordering bound of the
 // reference, the same bits threaded (also split by node), and on tile-major weights each row the same bits alone.
 TEST(LinearFast, Fp8AsBf16MatchesTheReferenceAndRowsRunAlone) {
-  const Shape shapes[] = {{1, 16, 32}, {1, 64, 4096}, {2, 7, 96},    {3, 48, 1056}, {4, 32, 2048},
+  const LinearShape shapes[] = {{1, 16, 32}, {1, 64, 4096}, {2, 7, 96},    {3, 48, 1056}, {4, 32, 2048},
                           {5, 33, 544}, {8, 16, 4096}, {12, 64, 1024}, {16, 48, 4096}, {33, 16, 256}};
   ThreadPool pool(2);
   ThreadPool two_nodes(3, {}, {0, 1, 1});
   for (const LinearKernels* k : fast_kernels()) {
     std::mt19937 rng(41);
-    for (const Shape& s : shapes)
+    for (const LinearShape& s : shapes)
       for (const bool bf16_x : {true, false}) {
         const auto x = test::random_floats(rng, s.rows * s.in, bf16_x);
         const auto w = test::random_fp8_weight(rng, s.out, s.in);
@@ -252,14 +251,14 @@ TEST(LinearFast, Fp8AsBf16KeepsSubnormalActivations) {
 // threaded (also split by NUMA node), and each row's result the same bits as that row run alone (the decode paths, 1..4 rows, and the
 // multi-row path sum a block in the same order).
 TEST(LinearFast, TileMajorWeightsMatchTheReferenceAndRowsRunAlone) {
-  const Shape shapes[] = {{1, 16, 32},  {1, 48, 1280}, {2, 32, 256},  {3, 160, 2176}, {4, 16, 128}, {5, 48, 384},
+  const LinearShape shapes[] = {{1, 16, 32},  {1, 48, 1280}, {2, 32, 256},  {3, 160, 2176}, {4, 16, 128}, {5, 48, 384},
                           {8, 32, 1280}, {16, 64, 2176}, {33, 16, 256}, {300, 48, 128}, {1, 32, 1056}};
   const uint8_t e4m3_small[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
   ThreadPool pool(2);
   ThreadPool two_nodes(3, {}, {0, 1, 1});  // a simulated 2-node machine: tiles split by node
   for (const LinearKernels* k : linear_impl::available_kernels()) {
     std::mt19937 rng(21);
-    for (const Shape& s : shapes)
+    for (const LinearShape& s : shapes)
       for (const bool exact_sums : {false, true}) {
         auto x = test::random_fp8_acts(rng, s.rows, s.in);
         auto w8 = test::random_fp8_weight(rng, s.out, s.in);
@@ -412,7 +411,7 @@ TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
   const uint8_t e4m3_small[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
   for (const LinearKernels* k : fast_kernels()) {
     std::mt19937 rng(14);
-    for (const Shape& s : kShapes) {
+    for (const LinearShape& s : kFastShapes) {
       auto x = test::random_fp8_acts(rng, s.rows, s.in, 100, 140);
       auto w8 = test::random_fp8_weight(rng, s.out, s.in, 100, 140);
       auto w4 = test::random_fp4_weight(rng, s.out, s.in, 100, 140);
@@ -515,7 +514,7 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
   const LinearKernels* fma = linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kFp32Fma);
   if (dot == nullptr) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   // Rows 1..4 on tile-major weights take the decode paths (with FMAs from 2 rows on).
-  const Shape shapes[] = {{1, 48, 2176}, {4, 32, 1056}, {5, 48, 384}, {9, 33, 1056}, {16, 64, 2176}, {300, 48, 128}};
+  const LinearShape shapes[] = {{1, 48, 2176}, {4, 32, 1056}, {5, 48, 384}, {9, 33, 1056}, {16, 64, 2176}, {300, 48, 128}};
   ThreadPool pool(2);
   std::mt19937 rng(77);
   // Results where the order of a block's products matters (the test's own check), by format.
@@ -523,7 +522,7 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
   auto same_bits = [](const std::vector<float>& u, const std::vector<float>& v) {  // NaN included
     return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
   };
-  for (const Shape& s : shapes)
+  for (const LinearShape& s : shapes)
     for (const auto& [scale_lo, scale_hi] : {std::pair{110, 135}, std::pair{5, 250}})
       for (const bool tiled : {false, true}) {
         if (tiled && !tile_major_possible(s.out, s.in)) continue;
@@ -680,7 +679,7 @@ TEST(LinearFast, Fp4RowThroughIntegersGivesTheBatchedBits) {
     return static_cast<uint8_t>((rng() & 0x80) | exponent_field << 3 | (rng() & 7));
   };
   for (const LinearKernels* k : fast_kernels())
-    for (const Shape s : {Shape{1, 64, 32}, Shape{1, 48, 96}, Shape{1, 80, 288}, Shape{1, 64, 1184}})
+    for (const LinearShape s : {LinearShape{1, 64, 32}, LinearShape{1, 48, 96}, LinearShape{1, 80, 288}, LinearShape{1, 64, 1184}})
       for (const bool with_nan : {false, true}) {
         const int64_t kb = s.in / 32;
         test::Fp8ActData x;

@@ -12,6 +12,11 @@
 
 namespace dsflash::test {
 
+// One matmul of the shape tests: [rows, in] activations times an [out, in] weight.
+struct LinearShape {
+  int rows, out, in;
+};
+
 // A random finite e4m3 code (never the NaN codes 0x7f / 0xff).
 inline uint8_t random_e4m3(std::mt19937& rng) {
   for (;;) {

@@ -22,7 +22,7 @@ ModelConfig released_config() {
 }
 
 // The KV tests' small config (sources L2 ratio 2 and L4 ratio 1), here without Engram.
-ModelConfig small_config() { return test::small_config(/*engram=*/false); }
+ModelConfig config_without_engram() { return test::small_config(/*engram=*/false); }
 
 TEST(KvLayout, ReleasedConfigGives890BytesPerToken) {
   const ModelConfig config = released_config();
@@ -66,14 +66,14 @@ TEST(KvLayout, RoundingIsOnlyTheLastBlock) {
 }
 
 TEST(KvLayout, RejectsBadShapes) {
-  ModelConfig c = small_config();
+  ModelConfig c = config_without_engram();
   EXPECT_FALSE(KvLayout::from_config(c, 0).ok());
   auto odd = KvLayout::from_config(c, 63);  // not a multiple of ratio 2
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.status().message().find("layer 2"), std::string::npos) << odd.status().message();
   c.head_dim = 500;
   EXPECT_FALSE(KvLayout::from_config(c, 64).ok());
-  c = small_config();
+  c = config_without_engram();
   c.compress_ratios[4] = 0;
   EXPECT_FALSE(KvLayout::from_config(c, 64).ok());
 }
@@ -101,7 +101,7 @@ TEST(BlockPool, AllocatesAllOrNothingAndReuses) {
 }
 
 TEST(KvCache, PageTableAddressesAreDisjointAndStable) {
-  auto layout = KvLayout::from_config(small_config(), 16);
+  auto layout = KvLayout::from_config(config_without_engram(), 16);
   ASSERT_TRUE(layout.ok());
   auto manager = KvCacheManager::create(*layout, 64 << 20);
   ASSERT_TRUE(manager.ok());
@@ -143,7 +143,7 @@ TEST(KvCache, PageTableAddressesAreDisjointAndStable) {
 }
 
 TEST(KvCache, BudgetErrorsAreClearAndChangeNothing) {
-  auto layout = KvLayout::from_config(small_config(), 16);
+  auto layout = KvLayout::from_config(config_without_engram(), 16);
   ASSERT_TRUE(layout.ok());
   const int64_t fixed = layout->fixed_bytes_per_sequence();
   // Room for one sequence's fixed state and 4 blocks, plus a little.
@@ -185,7 +185,7 @@ TEST(KvCache, BudgetErrorsAreClearAndChangeNothing) {
 }
 
 TEST(KvCache, ReleaseRejectsForeignSequences) {
-  auto layout = KvLayout::from_config(small_config(), 16);
+  auto layout = KvLayout::from_config(config_without_engram(), 16);
   ASSERT_TRUE(layout.ok());
   auto a = KvCacheManager::create(*layout, 16 << 20);
   auto b = KvCacheManager::create(*layout, 16 << 20);

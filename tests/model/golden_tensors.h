@@ -8,12 +8,15 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "formats/formats.h"
 #include "io/safetensors.h"
 
 namespace dsflash::testing {
 
-inline std::string goldens_dir() { return std::string(DSFLASH_SHARED_DIR) + "/goldens"; }
+inline std::string shared_dir() { return DSFLASH_SHARED_DIR; }
+inline std::string goldens_dir() { return shared_dir() + "/goldens"; }
 inline std::string golden_checkpoint_dir(const std::string& model) {
   return goldens_dir() + "/" + model + "/checkpoint";
 }
@@ -55,6 +58,16 @@ inline std::vector<int64_t> to_i64(const TensorView* t) {
     }
   }
   return out;
+}
+
+// An I32 / I64 tensor of `file` as int64; a missing tensor or another dtype fails the test, naming the tensor.
+inline std::vector<int64_t> read_i64(const SafetensorsFile& file, const std::string& name) {
+  const TensorView* t = file.find(name);
+  EXPECT_NE(t, nullptr) << name << " missing in " << file.path();
+  if (t == nullptr) return {};
+  EXPECT_TRUE(t->dtype == DType::kI64 || t->dtype == DType::kI32) << name << ": dtype " << dtype_name(t->dtype);
+  if (t->dtype != DType::kI64 && t->dtype != DType::kI32) return {};
+  return to_i64(t);
 }
 
 // Counts elements whose bits differ (fp32 compare; -0.0 == +0.0 counts as equal, NaN == NaN).

@@ -18,12 +18,13 @@
 #include "kernels/linear.h"
 #include "model/engram.h"
 #include "model/engram_hash.h"
+#include "model/golden_tensors.h"
 #include "tokenizer/engram_token_map.h"
 
 namespace dsflash {
 namespace {
 
-const std::string kShared = DSFLASH_SHARED_DIR;
+using testing::read_i64;
 
 std::vector<float> read_f32(const SafetensorsFile& file, const std::string& name) {
   const TensorView* t = file.find(name);
@@ -33,13 +34,6 @@ std::vector<float> read_f32(const SafetensorsFile& file, const std::string& name
   EXPECT_EQ(t->dtype, DType::kBF16) << name;
   for (int64_t i = 0; i < t->num_elements(); ++i) out.push_back(bf16_to_f32(t->as<uint16_t>()[i]));
   return out;
-}
-
-std::vector<int64_t> read_i64(const SafetensorsFile& file, const std::string& name) {
-  const TensorView* t = file.find(name);
-  EXPECT_NE(t, nullptr) << name << " missing in " << file.path();
-  if (t == nullptr || t->dtype != DType::kI64) return {};
-  return std::vector<int64_t>(t->as<int64_t>(), t->as<int64_t>() + t->num_elements());
 }
 
 // Every shard of a golden checkpoint directory, looked up by tensor name (no schema check).
@@ -80,15 +74,15 @@ Comparison compare(const std::vector<float>& got, const std::vector<float>& want
   return c;
 }
 
-struct Model {
+struct EngramModel {
   ModelConfig config;
   Shards shards;
   std::unique_ptr<NgramHasher> hasher;
 };
 
-Model load_model(const std::string& name) {
-  Model m;
-  const std::string dir = kShared + "/goldens/" + name + "/checkpoint";
+EngramModel load_model(const std::string& name) {
+  EngramModel m;
+  const std::string dir = testing::golden_checkpoint_dir(name);
   auto config = ModelConfig::load(dir);
   EXPECT_TRUE(config.ok()) << config.status().message();
   if (!config.ok()) return m;
@@ -103,26 +97,26 @@ Model load_model(const std::string& name) {
   return m;
 }
 
-Result<Engram> bind_layer(const Model& m, int layer) {
+Result<Engram> bind_layer(const EngramModel& m, int layer) {
   return Engram::bind([&m](const std::string& n) { return m.shards.find(n); }, "golden checkpoint", m.config, layer,
                       m.hasher->layout());
 }
 
-struct GoldenCase {
+struct EngramGoldenCase {
   std::string model;
   std::string scenario;
 };
 
-class EngramGolden : public ::testing::TestWithParam<GoldenCase> {};
+class EngramGolden : public ::testing::TestWithParam<EngramGoldenCase> {};
 
 // Prefill rows in one call, decode rows one call per step; the official values must come out bit for bit.
 // (The gate's sums are accumulated in double, not in torch's fp32 order; on the goldens that never shows
 // through the sigmoid and the bf16 rounding of the streams.)
 TEST_P(EngramGolden, MatchesOfficialEngramOut) {
-  const GoldenCase& c = GetParam();
-  Model m = load_model(c.model);
+  const EngramGoldenCase& c = GetParam();
+  EngramModel m = load_model(c.model);
   ASSERT_NE(m.hasher, nullptr);
-  auto file = SafetensorsFile::open(kShared + "/goldens/" + c.model + "/outputs/" + c.scenario + ".safetensors");
+  auto file = SafetensorsFile::open(testing::golden_output_path(c.model, c.scenario));
   ASSERT_TRUE(file.ok()) << file.status().message();
   const int64_t row = m.config.hc_mult * m.config.dim;
   ThreadPool pool(2);
@@ -186,15 +180,15 @@ TEST_P(EngramGolden, MatchesOfficialEngramOut) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, EngramGolden,
-                         ::testing::Values(GoldenCase{"tiny-a", "rand"}, GoldenCase{"tiny-a", "short"},
-                                           GoldenCase{"tiny-b", "rand"}),
+                         ::testing::Values(EngramGoldenCase{"tiny-a", "rand"}, EngramGoldenCase{"tiny-a", "short"},
+                                           EngramGoldenCase{"tiny-b", "rand"}),
                          [](const auto& info) {
                            return std::string(info.param.model == "tiny-a" ? "TinyA_" : "TinyB_") +
                                   info.param.scenario;
                          });
 
 TEST(Engram, DeadTokensPassThroughAndOutOfTableIdsReadZero) {
-  Model m = load_model("tiny-a");
+  EngramModel m = load_model("tiny-a");
   ASSERT_NE(m.hasher, nullptr);
   auto engram = bind_layer(m, 1);
   ASSERT_TRUE(engram.ok()) << engram.status().message();
@@ -221,7 +215,7 @@ TEST(Engram, DeadTokensPassThroughAndOutOfTableIdsReadZero) {
 }
 
 TEST(Engram, BindErrorsNameTheTensor) {
-  Model m = load_model("tiny-a");
+  EngramModel m = load_model("tiny-a");
   ASSERT_NE(m.hasher, nullptr);
   // Layer 2 has no Engram.
   EXPECT_FALSE(bind_layer(m, 2).ok());
@@ -243,7 +237,7 @@ TEST(Engram, BindErrorsNameTheTensor) {
 }
 
 TEST(Engram, BindsFromCheckpoint) {
-  const std::string dir = kShared + "/goldens/tiny-b/checkpoint";
+  const std::string dir = testing::golden_checkpoint_dir("tiny-b");
   auto checkpoint = Checkpoint::open(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
   auto map = EngramTokenMap::from_tokenizer_json(dir + "/tokenizer.json", checkpoint->config().vocab_size);

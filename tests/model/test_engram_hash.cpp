@@ -11,10 +11,13 @@
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/engram_hash.h"
+#include "model/golden_tensors.h"
 #include "tokenizer/engram_token_map.h"
 
 namespace dsflash {
 namespace {
+
+using testing::read_i64;
 
 // An Engram history with storage of its own (in the engine it lives in the KV manager's per-sequence arena).
 struct OwnedHistory {
@@ -26,26 +29,6 @@ struct OwnedHistory {
   std::vector<int64_t> storage;  // [1 + max_ngram - 1]
   kv::EngramHistory history;
 };
-
-const std::string kShared = DSFLASH_SHARED_DIR;
-
-std::vector<int64_t> read_i64(const SafetensorsFile& file, const std::string& name) {
-  const TensorView* t = file.find(name);
-  EXPECT_NE(t, nullptr) << name << " missing in " << file.path();
-  std::vector<int64_t> out;
-  if (t == nullptr) return out;
-  for (int64_t i = 0; i < t->num_elements(); ++i) {
-    if (t->dtype == DType::kI64) {
-      out.push_back(t->as<int64_t>()[i]);
-    } else if (t->dtype == DType::kI32) {
-      out.push_back(t->as<int32_t>()[i]);
-    } else {
-      ADD_FAILURE() << name << ": unexpected dtype " << dtype_name(t->dtype);
-      return {};
-    }
-  }
-  return out;
-}
 
 ModelConfig config_with(int64_t engram_vocab, int n_heads, int max_ngram, std::vector<int> layers,
                         std::vector<int64_t> rows, int64_t compressed = 0) {
@@ -97,7 +80,7 @@ TEST(EngramHash, IsPrime) {
 
 // The released config (spec/config_v41_flash.json): primes from 16,000,057, Σ = 384,006,168 / 384,016,682.
 TEST(EngramHash, RealConfigLayout) {
-  auto config = ModelConfig::load(kShared + "/spec/config_v41_flash.json");
+  auto config = ModelConfig::load(testing::shared_dir() + "/spec/config_v41_flash.json");
   ASSERT_TRUE(config.ok()) << config.status().message();
   auto layout = EngramHashLayout::create(*config, 99092);
   ASSERT_TRUE(layout.ok()) << layout.status().message();
@@ -190,16 +173,16 @@ TEST(EngramHash, Errors) {
   EXPECT_TRUE(hasher->hash(good, 2, 0, &history, out.data()).ok());
 }
 
-struct GoldenCase {
+struct HashGoldenCase {
   std::string model;
   std::vector<std::string> scenarios;
 };
 
-class EngramHashGolden : public ::testing::TestWithParam<GoldenCase> {};
+class EngramHashGolden : public ::testing::TestWithParam<HashGoldenCase> {};
 
 TEST_P(EngramHashGolden, PrefillDecodeAndChunkedMatchOfficial) {
-  const GoldenCase& c = GetParam();
-  const std::string dir = kShared + "/goldens/" + c.model;
+  const HashGoldenCase& c = GetParam();
+  const std::string dir = testing::goldens_dir() + "/" + c.model;
   auto config = ModelConfig::load(dir + "/checkpoint");
   ASSERT_TRUE(config.ok()) << config.status().message();
   auto map = EngramTokenMap::from_tokenizer_json(dir + "/checkpoint/tokenizer.json", config->vocab_size);
@@ -266,7 +249,7 @@ TEST_P(EngramHashGolden, PrefillDecodeAndChunkedMatchOfficial) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, EngramHashGolden,
-                         ::testing::Values(GoldenCase{"tiny-a", {"rand", "short"}}, GoldenCase{"tiny-b", {"rand"}}),
+                         ::testing::Values(HashGoldenCase{"tiny-a", {"rand", "short"}}, HashGoldenCase{"tiny-b", {"rand"}}),
                          [](const auto& info) { return info.param.model == "tiny-a" ? "TinyA" : "TinyB"; });
 
 }  // namespace

@@ -7,8 +7,12 @@
 #include <vector>
 
 #include "server/event_source.h"
+#include "tokenizer/chat_markers.h"
 
 namespace dsflash::testing {
+
+// The tag word of DSML tool calls in generated text, a std::string to build scripted outputs with.
+inline const std::string kDsml = chat_markers::kDsml;
 
 class ScriptedEventSource final : public server::EventSource {
  public:

@@ -17,13 +17,13 @@ namespace {
 using dsflash::testing::ScriptedEventSource;
 using Json = nlohmann::ordered_json;
 
-const std::string D = "｜DSML｜";
+using dsflash::testing::kDsml;
 // One tool call in V4.1 DSML, cut into pieces that split every tag.
 std::vector<std::string> dsml_call_pieces() {
-  const std::string text = "\n\n<" + D + " calls>\n<" + D + " invoke name=\"get_weather\">\n<" + D +
-                           " parameter name=\"city\" string=\"true\">Paris</" + D + " parameter>\n<" + D +
-                           " parameter name=\"days\" string=\"false\">3</" + D + " parameter>\n</" + D +
-                           " invoke>\n</" + D + " calls>";
+  const std::string text = "\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"get_weather\">\n<" + kDsml +
+                           " parameter name=\"city\" string=\"true\">Paris</" + kDsml + " parameter>\n<" + kDsml +
+                           " parameter name=\"days\" string=\"false\">3</" + kDsml + " parameter>\n</" + kDsml +
+                           " invoke>\n</" + kDsml + " calls>";
   std::vector<std::string> pieces;
   for (size_t i = 0; i < text.size(); i += 5) pieces.push_back(text.substr(i, 5));
   // Keep pieces valid UTF-8 is not needed by the parser; re-join on byte boundaries of multi-byte characters.
@@ -153,12 +153,13 @@ TEST(OpenAiStream, DsmlToolCallSplitEverywhereBecomesOneToolCallDelta) {
   }
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(content, "Checking");
-  EXPECT_EQ(content.find(D), std::string::npos);
+  EXPECT_EQ(content.find(kDsml), std::string::npos);
   EXPECT_EQ(finish, "tool_calls");
 }
 
 TEST(OpenAiStream, MalformedDsmlComesBackAsContent) {
-  const std::string broken = "\n\n<" + D + " calls>\n<" + D + " invoke name=\"f\">\n<" + D + " parameter name=\"x\">oops";
+  const std::string broken =
+      "\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"f\">\n<" + kDsml + " parameter name=\"x\">oops";
   ScriptedEventSource source({"ok", broken.substr(0, 7), broken.substr(7)}, FinishReason::kLength);
   OpenAiChatWriter writer(info(), false, false, false);
   Played p = play(source, writer, OutputMode::kChat, /*thinking=*/false);

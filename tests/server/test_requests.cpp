@@ -18,7 +18,7 @@ namespace dsflash::server {
 namespace {
 
 using Json = OrderedJson;
-const std::string D = "｜DSML｜";
+using dsflash::testing::kDsml;
 
 ApiError openai_error(const std::string& body) {
   auto json = parse_json_object(body);
@@ -153,8 +153,10 @@ class RoundTrip : public ::testing::Test {
 };
 
 std::vector<std::string> tool_call_output() {
-  return {"Need weather.", "</think>", "\n\n<" + D + " calls>\n<" + D + " invoke name=\"get_weather\">\n<" + D +
-          " parameter name=\"city\" string=\"true\">Paris</" + D + " parameter>\n</" + D + " invoke>\n</" + D + " calls>"};
+  return {"Need weather.", "</think>",
+          "\n\n<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"get_weather\">\n<" + kDsml +
+              " parameter name=\"city\" string=\"true\">Paris</" + kDsml + " parameter>\n</" + kDsml + " invoke>\n</" +
+              kDsml + " calls>"};
 }
 
 const char* kTools = R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather",
