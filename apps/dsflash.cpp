@@ -4,4 +4,6 @@
 
 #include "commands.h"
 
-int main(int argc, char** argv) { return dsflash::cli::run_command_line(std::vector<std::string>(argv + 1, argv + argc)); }
+int main(int argc, char** argv) {
+  return dsflash::cli::run_command_line(std::vector<std::string>(argv + 1, argv + argc));
+}
