@@ -21,7 +21,7 @@ using test::LinearShape;
 
 // Ragged rows, outputs off every tile size, odd block counts.
 const LinearShape kBackendShapes[] = {{1, 1, 32},  {1, 7, 64},   {2, 15, 96},  {3, 17, 160}, {5, 31, 224},
-                         {8, 33, 544}, {17, 45, 96}, {40, 16, 64}, {1, 130, 1088}, {64, 50, 544}};
+                                      {8, 33, 544}, {17, 45, 96}, {40, 16, 64}, {1, 130, 1088}, {64, 50, 544}};
 
 TEST(Backend, TablesAreCompleteAndOrdered) {
   const std::vector<const Backend*> all = available_backends();

@@ -61,18 +61,18 @@ OrderedWeights in_order(const test::Fp8WeightData& w8, const test::Fp4WeightData
 
 // Ragged rows 1..300, outputs off every tile size, odd block counts, and K spanning several scratch chunks.
 const LinearShape kFastShapes[] = {{1, 1, 32},    {1, 7, 64},     {2, 15, 96},   {3, 16, 160},  {4, 17, 32},
-                         {5, 31, 224},  {6, 33, 1088},  {7, 45, 2112}, {8, 64, 256},  {9, 100, 96},
-                         {12, 8, 3104}, {16, 48, 1280}, {17, 33, 544}, {1, 130, 5120}, {2, 257, 64},
-                         {40, 16, 96},  {33, 5, 64},   // few outputs, many rows: split over rows
-                         // Multi-row path (rows >= 2): row tiles of 8 with every remainder, ragged output
-                         // tiles, K over several 16-block scratch chunks (544 = 17 blocks, 2080 = 65).
-                         {2, 16, 512},  {3, 129, 576},  {8, 33, 32},   {16, 300, 2080}, {31, 37, 1056},
-                         {64, 50, 544}, {64, 161, 96},  {11, 2, 608},
-                         // Decode (rows 1): MXFP4 groups of 4 blocks with 1-3 left over, scale chunks of
-                         // 32 blocks with a ragged tail (kb 3, 7, 17, 37).
-                         {1, 19, 96},   {1, 40, 224},   {1, 33, 544},  {1, 50, 1184},
-                         // Prefill past one 256-row block, with enough tiles to split over outputs.
-                         {300, 130, 64}};
+                                   {5, 31, 224},  {6, 33, 1088},  {7, 45, 2112}, {8, 64, 256},  {9, 100, 96},
+                                   {12, 8, 3104}, {16, 48, 1280}, {17, 33, 544}, {1, 130, 5120}, {2, 257, 64},
+                                   {40, 16, 96},  {33, 5, 64},   // few outputs, many rows: split over rows
+                                   // Multi-row path (rows >= 2): row tiles of 8 with every remainder, ragged output
+                                   // tiles, K over several 16-block scratch chunks (544 = 17 blocks, 2080 = 65).
+                                   {2, 16, 512},  {3, 129, 576},  {8, 33, 32},   {16, 300, 2080}, {31, 37, 1056},
+                                   {64, 50, 544}, {64, 161, 96},  {11, 2, 608},
+                                   // Decode (rows 1): MXFP4 groups of 4 blocks with 1-3 left over, scale chunks of
+                                   // 32 blocks with a ragged tail (kb 3, 7, 17, 37).
+                                   {1, 19, 96},   {1, 40, 224},   {1, 33, 544},  {1, 50, 1184},
+                                   // Prefill past one 256-row block, with enough tiles to split over outputs.
+                                   {300, 130, 64}};
 
 TEST(LinearFast, ThisMachineHasAFastPath) {
   // Not a skip: the dispatcher must at least offer AVX2 on the x86-64-v3 baseline this project builds for.
@@ -514,7 +514,8 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
   const LinearKernels* fma = linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kFp32Fma);
   if (dot == nullptr) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   // Rows 1..4 on tile-major weights take the decode paths (with FMAs from 2 rows on).
-  const LinearShape shapes[] = {{1, 48, 2176}, {4, 32, 1056}, {5, 48, 384}, {9, 33, 1056}, {16, 64, 2176}, {300, 48, 128}};
+  const LinearShape shapes[] = {{1, 48, 2176},  {4, 32, 1056},  {5, 48, 384},
+                                {9, 33, 1056},  {16, 64, 2176}, {300, 48, 128}};
   ThreadPool pool(2);
   std::mt19937 rng(77);
   // Results where the order of a block's products matters (the test's own check), by format.
@@ -679,7 +680,8 @@ TEST(LinearFast, Fp4RowThroughIntegersGivesTheBatchedBits) {
     return static_cast<uint8_t>((rng() & 0x80) | exponent_field << 3 | (rng() & 7));
   };
   for (const LinearKernels* k : fast_kernels())
-    for (const LinearShape s : {LinearShape{1, 64, 32}, LinearShape{1, 48, 96}, LinearShape{1, 80, 288}, LinearShape{1, 64, 1184}})
+    for (const LinearShape s :
+         {LinearShape{1, 64, 32}, LinearShape{1, 48, 96}, LinearShape{1, 80, 288}, LinearShape{1, 64, 1184}})
       for (const bool with_nan : {false, true}) {
         const int64_t kb = s.in / 32;
         test::Fp8ActData x;
