@@ -103,17 +103,16 @@ constexpr int kLaneWidth = kLaneTiles * kTile;  // outputs per k in lanes
 constexpr int kLaneChunkBlocks = 8;   // 8 blocks x 32 k x 48 outputs fp32 = 48 KB of lanes
 constexpr int kLaneRows = 2;          // rows at a time
 
-// 8 outputs' 32 bytes of one block in k order (FP8: the e4m3 codes; MXFP4: the high bytes of the values' fp16
-// words) -> lanes [32 k][kLaneWidth] fp32, this tile's 8 columns: FP8 value * 2^-8, MXFP4 the value. The bytes are
-// transposed 8 x 8 first, so each k's 8 outputs convert as one vector of fp16 words: an eighth of the data moved by
-// transposing fp32, and no lane crossing. FP8 words come from e4m3_fp16_words; kNanCodes also turns the NaN codes
-// (0x7f / 0xff, all 7 magnitude bits set) into fp16 NaNs.
-template <bool kFp4, bool kNanCodes>
-inline void block_bytes_to_lanes(const uint8_t* const* bytes, float* lanes) {
+// 8 outputs' 32 e4m3 codes of one FP8 block in k order -> lanes [32 k][kLaneWidth] fp32, this tile's 8 columns,
+// value * 2^-8. The bytes are transposed 8 x 8 first, so each k's 8 outputs convert as one vector of fp16 words
+// (e4m3_fp16_words): an eighth of the data moved by transposing fp32, and no lane crossing. kNanCodes also turns
+// the NaN codes (0x7f / 0xff, all 7 magnitude bits set) into fp16 NaNs.
+template <bool kNanCodes>
+inline void fp8_block_to_lanes(const uint8_t* const* codes, float* lanes) {
   const __m128i zero = _mm_setzero_si128();
   for (int q = 0; q < 4; ++q) {  // k 8q .. 8q + 7
     __m128i r[kTile];
-    for (int i = 0; i < kTile; ++i) r[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes[i] + 8 * q));
+    for (int i = 0; i < kTile; ++i) r[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes[i] + 8 * q));
     const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
     const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
     const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);  // k 0-3 / 4-7, outputs 0-3
@@ -123,61 +122,92 @@ inline void block_bytes_to_lanes(const uint8_t* const* bytes, float* lanes) {
                               _mm_unpackhi_epi32(b1, b3)};
     for (int j = 0; j < 4; ++j)
       for (int h = 0; h < 2; ++h) {
-        __m128i words = h == 0 ? _mm_unpacklo_epi8(zero, pairs[j]) : _mm_unpackhi_epi8(zero, pairs[j]);  // byte << 8
-        if constexpr (!kFp4) {
-          words = e4m3_fp16_words(words);
-          if constexpr (kNanCodes) {
-            const __m128i magnitude = _mm_set1_epi16(0x3F80);
-            const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(words, magnitude), magnitude);
-            words = _mm_or_si128(words, _mm_and_si128(nan, _mm_set1_epi16(0x7E00)));
-          }
+        __m128i words = e4m3_fp16_words(h == 0 ? _mm_unpacklo_epi8(zero, pairs[j]) : _mm_unpackhi_epi8(zero, pairs[j]));
+        if constexpr (kNanCodes) {
+          const __m128i magnitude = _mm_set1_epi16(0x3F80);
+          const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(words, magnitude), magnitude);
+          words = _mm_or_si128(words, _mm_and_si128(nan, _mm_set1_epi16(0x7E00)));
         }
         _mm256_store_ps(lanes + (8 * q + 2 * j + h) * kLaneWidth, _mm256_cvtph_ps(words));
       }
   }
 }
 
+// 8 outputs' 16 packed bytes of one MXFP4 block (byte j: k = 2j in the low nibble, 2j + 1 in the high one) -> lanes
+// [32 k][kLaneWidth] fp32, this tile's 8 columns. The packed bytes are transposed first (8 x 16, in registers), so
+// that each vector holds bytes j = 2m and 2m + 1 of the 8 outputs; the nibbles then become the fp16 high bytes of
+// k = 4m .. 4m + 3 through one 16-entry table, for the whole tile at once.
+inline void fp4_block_to_lanes(const uint8_t* const* packed, __m128i fp16_table, float* lanes) {
+  const __m128i nibble = _mm_set1_epi8(0x0f), zero = _mm_setzero_si128();
+  __m128i r[kTile];
+  for (int i = 0; i < kTile; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[i]));
+  __m128i pairs_low[4], pairs_high[4];  // outputs 2p, 2p + 1 interleaved: bytes 0-7 / 8-15
+  for (int p = 0; p < 4; ++p) {
+    pairs_low[p] = _mm_unpacklo_epi8(r[2 * p], r[2 * p + 1]);
+    pairs_high[p] = _mm_unpackhi_epi8(r[2 * p], r[2 * p + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {  // bytes 8h .. 8h + 7
+    const __m128i* a = h == 0 ? pairs_low : pairs_high;
+    const __m128i quads[4] = {_mm_unpacklo_epi16(a[0], a[1]), _mm_unpackhi_epi16(a[0], a[1]),   // outputs 0-3
+                              _mm_unpacklo_epi16(a[2], a[3]), _mm_unpackhi_epi16(a[2], a[3])};  // outputs 4-7
+    for (int half = 0; half < 2; ++half) {  // 4 bytes of quads[half] and quads[half + 2]
+      const __m128i bytes[2] = {_mm_unpacklo_epi32(quads[half], quads[half + 2]),
+                                _mm_unpackhi_epi32(quads[half], quads[half + 2])};
+      for (int e = 0; e < 2; ++e) {
+        const int j = 8 * h + 4 * half + 2 * e;  // bytes j, j + 1 of the 8 outputs
+        const __m128i low = _mm_shuffle_epi8(fp16_table, _mm_and_si128(bytes[e], nibble));
+        const __m128i high = _mm_shuffle_epi8(fp16_table, _mm_and_si128(_mm_srli_epi16(bytes[e], 4), nibble));
+        _mm256_store_ps(lanes + (2 * j) * kLaneWidth, _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, low)));
+        _mm256_store_ps(lanes + (2 * j + 1) * kLaneWidth, _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, high)));
+        _mm256_store_ps(lanes + (2 * j + 2) * kLaneWidth, _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, low)));
+        _mm256_store_ps(lanes + (2 * j + 3) * kLaneWidth, _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, high)));
+      }
+    }
+  }
+}
+
 // The weights of NT tiles from output o0 (n of them real; the rest repeat the last) for blocks [b0, b1): lanes
-// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth].
+// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth]. Row-major blocks are read in
+// place (the out-of-line gather of tile-major blocks cost 20% of a 16-row FP8 GEMM, bench_linear avx2 rows:16).
 template <bool kFp4, int NT>
 void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t b1, float* lanes, float* sw) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const Fp8Weight w8{g.w, g.w_scales, g.out, g.in, g.tile_major};
   const Fp4Weight w4{g.w, g.w_scales, g.out, g.in, g.tile_major};
+  const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
   const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(fp4_byte_tables().fp16_high));
-  const __m128i nibble = _mm_set1_epi8(0x0f);
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
-  for (int64_t b = b0; b < b1; ++b)
-    for (int t = 0; t < NT; ++t) {
-      alignas(32) uint8_t gathered[kTile][32];  // FP8 tile-major codes, or MXFP4's fp16 high bytes in k order
-      const uint8_t* bytes[kTile];
+  for (int t = 0; t < NT; ++t) {
+    int64_t outputs[kTile];
+    for (int i = 0; i < kTile; ++i) outputs[i] = o0 + std::min(kTile * t + i, n - 1);
+    for (int64_t b = b0; b < b1; ++b) {
+      uint8_t tile_major_codes[kTile][32];   // FP8 blocks of tile-major weights are gathered here
+      uint8_t tile_major_packed[kTile][16];  // and MXFP4 ones here
+      const uint8_t* bytes[kTile];           // FP8: each output's 32 codes; MXFP4: its 16 packed bytes
       float* scales = sw + (b - b0) * kLaneWidth + kTile * t;
       __m256i largest = _mm256_setzero_si256();  // FP8: the largest magnitude code, to spot NaN codes
       for (int i = 0; i < kTile; ++i) {
-        const int64_t o = o0 + std::min(kTile * t + i, n - 1);
+        const int64_t o = outputs[i];
         if constexpr (kFp4) {
-          uint8_t packed[16];  // tile-major blocks are gathered here
-          const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fp4_block_packed(w4, o, b, packed)));
-          const __m128i even = _mm_shuffle_epi8(fp16_table, _mm_and_si128(raw, nibble));
-          const __m128i odd = _mm_shuffle_epi8(fp16_table, _mm_and_si128(_mm_srli_epi16(raw, 4), nibble));
-          _mm_store_si128(reinterpret_cast<__m128i*>(gathered[i]), _mm_unpacklo_epi8(even, odd));
-          _mm_store_si128(reinterpret_cast<__m128i*>(gathered[i] + 16), _mm_unpackhi_epi8(even, odd));
-          bytes[i] = gathered[i];
+          bytes[i] = g.tile_major ? fp4_block_packed(w4, o, b, tile_major_packed[i]) : g.w + o * row_bytes + 16 * b;
           scales[i] = dt.e8m0_f32[g.w_scales[fp4_scale_index(o, b, g.kb, g.tile_major)]];
         } else {
-          bytes[i] = fp8_block_codes(w8, o, b, gathered[i]);
+          bytes[i] = g.tile_major ? fp8_block_codes(w8, o, b, tile_major_codes[i]) : g.w + o * row_bytes + 32 * b;
           const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes[i]));
           largest = _mm256_max_epu8(largest, _mm256_and_si256(codes, magnitude_bits));
           scales[i] = dt.e8m0_f32[g.w_scales[(o / 32) * g.kb + b]];
         }
       }
       float* tile_lanes = lanes + (b - b0) * 32 * kLaneWidth + kTile * t;
-      if (!kFp4 && _mm256_movemask_epi8(_mm256_cmpeq_epi8(largest, magnitude_bits)) != 0) {
-        block_bytes_to_lanes<kFp4, true>(bytes, tile_lanes);
+      if constexpr (kFp4) {
+        fp4_block_to_lanes(bytes, fp16_table, tile_lanes);
+      } else if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(largest, magnitude_bits)) != 0) {
+        fp8_block_to_lanes<true>(bytes, tile_lanes);
       } else {
-        block_bytes_to_lanes<kFp4, false>(bytes, tile_lanes);
+        fp8_block_to_lanes<false>(bytes, tile_lanes);
       }
     }
+  }
 }
 
 // RB rows from `row` by NT tiles from o0, blocks [b0, b1) of lanes: y [rows, out] += each block's
