@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds dsflash with AddressSanitizer + UndefinedBehaviorSanitizer (-DDSFLASH_SANITIZE=ON; see CMakeLists.txt for
-# which checks) into build-asan/ and runs the unit tests under it. Called by scripts/test.sh (CI) after the normal build and tests; can be run alone
-# once scripts/setup.sh has installed the packages. Any sanitizer report fails the test that raised it.
+# which checks) into build-asan/ and runs the unit tests under it. Called by scripts/test.sh (CI) after the normal
+# build and tests; can be run alone once scripts/setup.sh has installed the packages. Any sanitizer report fails
+# the test that raised it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"

@@ -168,7 +168,8 @@ inline void fp4_block_to_lanes(const uint8_t* const* packed, __m128i fp16_table,
 
 // The weights of NT tiles from output o0 (n of them real; the rest repeat the last) for blocks [b0, b1): lanes
 // [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth]. Row-major blocks are read in
-// place (the out-of-line gather of tile-major blocks cost 20% of a 16-row FP8 GEMM, bench_linear avx2 rows:16).
+// place: calling the out-of-line gather helpers (fp8_block_codes, fp4_block_packed) for every output and block
+// cost about a fifth of a 16-row FP8 GEMM (bench_linear avx2 rows:16, 1 thread); only tile-major blocks need them.
 template <bool kFp4, int NT>
 void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t b1, float* lanes, float* sw) {
   const LinearDecodeTables& dt = linear_decode_tables();
