@@ -90,6 +90,7 @@ void fill_random(uint8_t* p, size_t n, uint64_t seed, uint8_t and_mask) {
 struct WeightCopy {
   HugePageBuffer data;
   uint8_t* scales = nullptr;
+  bool may_hold_nan = true;  // FP8: false once the tile-major copy found no NaN code, as at load
 };
 
 HugePageBuffer huge_bytes(int64_t n) {
@@ -154,7 +155,7 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
       std::fill_n(w[c].scales, ns, uint8_t{120});
       if (tile_major) {
         const std::vector<uint8_t> row_major(w[c].data.data(), w[c].data.data() + n);
-        if (fp8) repack_fp8_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data());
+        if (fp8) w[c].may_hold_nan = repack_fp8_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data());
         else {
           repack_fp4_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data());
           const std::vector<uint8_t> scales(w[c].scales, w[c].scales + ns);  // all equal here, moved anyway as the engine does
@@ -186,8 +187,8 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   auto call = [&](const WeightCopy& wc) {
     switch (shape.format) {
       case Format::kFp8:
-        kernels->fp8_gemm(x, Fp8Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major}, y.data(),
-                          &pool);
+        kernels->fp8_gemm(x, Fp8Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major, wc.may_hold_nan},
+                          y.data(), &pool);
         break;
       case Format::kFp4:
         kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major}, y.data(),
@@ -195,7 +196,8 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
         break;
       case Format::kFp8AsBf16:
         kernels->fp8_as_bf16_gemm(x_f32.data(), rows,
-                                  Fp8Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major},
+                                  Fp8Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major,
+                                            wc.may_hold_nan},
                                   y.data(), &pool);
         break;
       case Format::kBf16:
@@ -267,7 +269,9 @@ void register_all(int threads) {
     for (const LinearShape& s : kShapes)
       for (const bool tiled : {false, true}) {
         // "_tiled": the layout the engine gives this table's FP8/FP4 weights at load.
-        if (tiled && (!k->prefers_tile_major || s.format == Format::kBf16 || s.format == Format::kBf16Fp32x)) continue;
+        const bool tile_major_format = (s.format == Format::kFp8 && k->prefers_tile_major.fp8) ||
+                                       (s.format == Format::kFp4 && k->prefers_tile_major.fp4);
+        if (tiled && !tile_major_format) continue;
         for (int64_t rows : {1, 4, 16, 64, 256, 2048}) {
           if (reference && rows > 1) continue;  // the scalar oracle is only timed at rows = 1
           if (rows == 2048 && (!tiled || s.cached)) continue;

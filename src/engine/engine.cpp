@@ -127,7 +127,9 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
     impl->dspark = std::move(*dspark);
     if (impl->runner->context().backend->fp8_as_bf16_prefers_copy) impl->dspark->copy_fp8_as_bf16();
     if (impl->runner->tile_major_linears() > 0) {  // the stages' weights in the order the main layers got
-      auto copied = impl->dspark->to_tile_major(impl->runner->checkpoint(), impl->runner->context().pool);
+      auto copied = impl->dspark->to_tile_major(impl->runner->checkpoint(),
+                                                impl->runner->context().backend->prefers_tile_major,
+                                                impl->runner->context().pool);
       if (!copied.ok()) return load_error(copied.status().with_context("DSpark stages in tile-major order").message());
       if (options.lock_weights) {
         if (Status s = impl->dspark->tile_major_weights().lock_in_memory(); !s.ok()) return load_error(s.message());

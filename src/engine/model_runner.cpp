@@ -44,8 +44,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
     runner->ctx_ = ComputeContext::for_backend(*fast_backend, runner->pool_.get());
   }
   runner->ctx_.workspace = runner->workspace_.get();
-  if (options.tile_major_weights && runner->ctx_.backend->prefers_tile_major) {
-    auto rewritten = runner->weights_->to_tile_major(runner->checkpoint_, runner->pool_.get());
+  if (options.tile_major_weights && runner->ctx_.backend->prefers_tile_major.any()) {
+    auto rewritten = runner->weights_->to_tile_major(runner->checkpoint_, runner->ctx_.backend->prefers_tile_major,
+                                                      runner->pool_.get());
     if (!rewritten.ok()) return rewritten.status().with_context("rewriting the weights in tile-major order");
     runner->tile_major_linears_ = *rewritten;
   }

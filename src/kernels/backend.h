@@ -33,8 +33,8 @@ struct Backend {
   const char* name;  // "reference", "avx2", "avx512"
 
   // --- linears (kernels/linear.h): y fp32 [rows, w.out] before any bf16 rounding.
-  // The linear table's LinearKernels::prefers_tile_major: FP8/MXFP4 weights run fastest in tile-major order.
-  bool prefers_tile_major;
+  // The linear table's LinearKernels::prefers_tile_major: the formats whose weights run fastest in tile-major order.
+  TileMajorFormats prefers_tile_major;
   void (*fp8_gemm)(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool);
   void (*fp4_gemm)(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool);
   // x fp32 [rows, w.in].

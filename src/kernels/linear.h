@@ -61,8 +61,9 @@ inline int64_t fp4_scale_index(int64_t o, int64_t b, int64_t kb, bool tile_major
   return (o - i) * kb + kTileMajorOutputs * b + i;
 }
 // Writes a row-major weight into `tile_major` (the same number of bytes, not overlapping), tiles split over the
-// pool (nullptr: this thread). Precondition: tile_major_possible(out, in).
-void repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
+// pool (nullptr: this thread). Precondition: tile_major_possible(out, in). FP8: returns whether any code is a NaN
+// (0x7f / 0xff), checked on each tile as it is written (Fp8Weight::may_hold_nan).
+bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
                            ThreadPool* pool = nullptr);
 void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
                            ThreadPool* pool = nullptr);
@@ -77,6 +78,9 @@ struct Fp8Weight {
   int64_t out = 0;
   int64_t in = 0;
   bool tile_major = false;  // codes in tile-major order (see above)
+  // False when no code is a NaN (0x7f / 0xff), as the load-time tile-major copy finds out (repack_fp8_tile_major):
+  // kernels whose fast paths would turn NaN codes into numbers then skip looking for them.
+  bool may_hold_nan = true;
 };
 // Output o's block b (32 codes, k order) in row-major bytes: a pointer into the weight when it is row-major,
 // else `scratch` after gathering them.
@@ -113,10 +117,17 @@ struct Bf16Weight {
 // two), computed from the codes, so it reads half the bytes of a bf16 copy. The reference is the BF16 reference on
 // those values (bit for bit what a dequantised copy gives); the SIMD sets sum each 32-K block, scale it by sw
 // (exact) and add the blocks in K order, within the same reordering bound.
+// The quantised formats whose weights a kernel table reads fastest in tile-major order (the load-time repack).
+struct TileMajorFormats {
+  bool fp8 = false;
+  bool fp4 = false;
+  bool any() const { return fp8 || fp4; }
+};
+
 struct LinearKernels {
   const char* name;
-  // Every table reads both weight orders; this one's FP8/FP4 kernels are fastest on tile-major weights.
-  bool prefers_tile_major;
+  // Every table reads both weight orders; these formats run fastest on tile-major weights.
+  TileMajorFormats prefers_tile_major;
   void (*fp8_gemm)(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool);
   void (*fp4_gemm)(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool);
   void (*bf16_gemm)(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);

@@ -79,6 +79,7 @@ struct GemmArgs {
   const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
   int64_t out = 0, in = 0, kb = 0, rows = 0;
   bool tile_major = false;             // weight order (kernels/linear.h)
+  bool may_hold_nan = true;            // FP8: Fp8Weight::may_hold_nan
   const float* act = nullptr;          // [rows, in] fp32 values
   // One to kDecodeMaxRows rows on MXFP4 (decode_rows_tiles): the same values as integers where that is exact
   // (prepare_fp4_decode_rows): N [rows, in] int16 in g.act's order, units [rows, kb] (0: the block is not exact).
@@ -103,13 +104,28 @@ constexpr int kLaneWidth = kLaneTiles * kTile;  // outputs per k in lanes
 constexpr int kLaneChunkBlocks = 8;   // 8 blocks x 32 k x 48 outputs fp32 = 48 KB of lanes
 constexpr int kLaneRows = 2;          // rows at a time
 
+// 16 FP8 codes, k and k + 1 of 8 outputs (bytes 0-7: k, 8-15: k + 1, output order) -> lanes rows k and k + 1 (the
+// next row is kLaneWidth floats on) as value * 2^-8; kNanCodes turns the NaN codes into fp16 NaNs.
+template <bool kNanCodes>
+inline void fp8_pair_to_lanes(__m128i codes, float* lanes) {
+  const __m128i zero = _mm_setzero_si128();
+  for (int h = 0; h < 2; ++h) {
+    __m128i words = e4m3_fp16_words(h == 0 ? _mm_unpacklo_epi8(zero, codes) : _mm_unpackhi_epi8(zero, codes));
+    if constexpr (kNanCodes) {
+      const __m128i magnitude = _mm_set1_epi16(0x3F80);
+      const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(words, magnitude), magnitude);
+      words = _mm_or_si128(words, _mm_and_si128(nan, _mm_set1_epi16(0x7E00)));
+    }
+    _mm256_store_ps(lanes + h * kLaneWidth, _mm256_cvtph_ps(words));
+  }
+}
+
 // 8 outputs' 32 e4m3 codes of one FP8 block in k order -> lanes [32 k][kLaneWidth] fp32, this tile's 8 columns,
 // value * 2^-8. The bytes are transposed 8 x 8 first, so each k's 8 outputs convert as one vector of fp16 words
 // (e4m3_fp16_words): an eighth of the data moved by transposing fp32, and no lane crossing. kNanCodes also turns
 // the NaN codes (0x7f / 0xff, all 7 magnitude bits set) into fp16 NaNs.
 template <bool kNanCodes>
 inline void fp8_block_to_lanes(const uint8_t* const* codes, float* lanes) {
-  const __m128i zero = _mm_setzero_si128();
   for (int q = 0; q < 4; ++q) {  // k 8q .. 8q + 7
     __m128i r[kTile];
     for (int i = 0; i < kTile; ++i) r[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes[i] + 8 * q));
@@ -120,16 +136,33 @@ inline void fp8_block_to_lanes(const uint8_t* const* codes, float* lanes) {
     // k pairs (2j, 2j + 1) of the 8: 8 outputs' bytes each
     const __m128i pairs[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2), _mm_unpacklo_epi32(b1, b3),
                               _mm_unpackhi_epi32(b1, b3)};
-    for (int j = 0; j < 4; ++j)
-      for (int h = 0; h < 2; ++h) {
-        __m128i words = e4m3_fp16_words(h == 0 ? _mm_unpacklo_epi8(zero, pairs[j]) : _mm_unpackhi_epi8(zero, pairs[j]));
-        if constexpr (kNanCodes) {
-          const __m128i magnitude = _mm_set1_epi16(0x3F80);
-          const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(words, magnitude), magnitude);
-          words = _mm_or_si128(words, _mm_and_si128(nan, _mm_set1_epi16(0x7E00)));
-        }
-        _mm256_store_ps(lanes + (8 * q + 2 * j + h) * kLaneWidth, _mm256_cvtph_ps(words));
-      }
+    for (int j = 0; j < 4; ++j) fp8_pair_to_lanes<kNanCodes>(pairs[j], lanes + (8 * q + 2 * j) * kLaneWidth);
+  }
+}
+
+// The codes of 8 outputs of a tile-major FP8 tile (kernels/linear.h) for the 4 k of one 64-byte vector, by k: `half`
+// is the vector's first byte plus 32h for outputs 8h .. 8h + 7, whose two quarters hold 4 outputs' k pairs each
+// (byte 2i + k % 2 + 8 ((k % 4) / 2) for output i). A byte shuffle gathers each k's 4 codes of a quarter, and the
+// interleave of the two quarters gives each k's 8 codes in output order: `first` holds k 0 (bytes 0-7) and k 1
+// (8-15) of the vector, `second` k 2 and 3, as fp8_pair_to_lanes takes them.
+struct Fp8KPairs {
+  __m128i first, second;
+};
+inline Fp8KPairs fp8_tile_major_k_pairs(const uint8_t* half) {
+  const __m128i by_k = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  const __m128i low = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(half)), by_k);
+  const __m128i high = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(half + 16)), by_k);
+  return {_mm_unpacklo_epi32(low, high), _mm_unpackhi_epi32(low, high)};
+}
+
+// Outputs 8h .. 8h + 7 of a tile-major FP8 tile, one block -> lanes [32 k][kLaneWidth], this tile's 8 columns,
+// value * 2^-8. `codes`: the block's first byte plus 32h.
+template <bool kNanCodes>
+inline void fp8_tile_major_block_to_lanes(const uint8_t* codes, float* lanes) {
+  for (int v = 0; v < 8; ++v) {
+    const Fp8KPairs k = fp8_tile_major_k_pairs(codes + kTileMajorVectorBytes * v);
+    fp8_pair_to_lanes<kNanCodes>(k.first, lanes + (4 * v) * kLaneWidth);
+    fp8_pair_to_lanes<kNanCodes>(k.second, lanes + (4 * v + 2) * kLaneWidth);
   }
 }
 
@@ -167,23 +200,43 @@ inline void fp4_block_to_lanes(const uint8_t* const* packed, __m128i fp16_table,
 }
 
 // The weights of NT tiles from output o0 (n of them real; the rest repeat the last) for blocks [b0, b1): lanes
-// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth]. Row-major blocks are read in
-// place: calling the out-of-line gather helpers (fp8_block_codes, fp4_block_packed) for every output and block
-// cost about a fifth of a 16-row FP8 GEMM (bench_linear avx2 rows:16, 1 thread); only tile-major blocks need them.
+// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth]. Row-major and tile-major FP8
+// blocks are read in place: calling the out-of-line gather helpers (fp8_block_codes, fp4_block_packed) for every
+// output and block cost about a fifth of a 16-row FP8 GEMM (bench_linear avx2 rows:16, 1 thread); only tile-major
+// MXFP4 blocks (which this table leaves row-major: LinearKernels::prefers_tile_major) still go through them.
 template <bool kFp4, int NT>
 void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t b1, float* lanes, float* sw) {
   const LinearDecodeTables& dt = linear_decode_tables();
-  const Fp8Weight w8{g.w, g.w_scales, g.out, g.in, g.tile_major};
   const Fp4Weight w4{g.w, g.w_scales, g.out, g.in, g.tile_major};
   const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
   const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(fp4_byte_tables().fp16_high));
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
   for (int t = 0; t < NT; ++t) {
+    if (!kFp4 && g.tile_major) {
+      // Whole tiles of 8 (tile-major weights have a multiple of 16 outputs): half (o / 8) % 2 of a 16-output tile.
+      const int64_t o = o0 + kTile * t;
+      const uint8_t* tile_codes = g.w + (o - o % kTileMajorOutputs) * g.in + 32 * ((o / kTile) % 2);
+      for (int64_t b = b0; b < b1; ++b) {
+        const uint8_t* codes = tile_codes + b * 32 * kTileMajorOutputs;
+        __m256i largest = _mm256_setzero_si256();  // the largest magnitude code, to spot NaN codes
+        for (int v = 0; v < 8 && g.may_hold_nan; ++v)
+          largest = _mm256_max_epu8(largest, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                                                  codes + kTileMajorVectorBytes * v)),
+                                                              magnitude_bits));
+        float* tile_lanes = lanes + (b - b0) * 32 * kLaneWidth + kTile * t;
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(largest, magnitude_bits)) != 0)
+          fp8_tile_major_block_to_lanes<true>(codes, tile_lanes);
+        else
+          fp8_tile_major_block_to_lanes<false>(codes, tile_lanes);
+        const float scale = dt.e8m0_f32[g.w_scales[(o / 32) * g.kb + b]];  // one per 32 x 32 block
+        _mm256_store_ps(sw + (b - b0) * kLaneWidth + kTile * t, _mm256_set1_ps(scale));
+      }
+      continue;
+    }
     int64_t outputs[kTile];
     for (int i = 0; i < kTile; ++i) outputs[i] = o0 + std::min(kTile * t + i, n - 1);
     for (int64_t b = b0; b < b1; ++b) {
-      uint8_t tile_major_codes[kTile][32];   // FP8 blocks of tile-major weights are gathered here
-      uint8_t tile_major_packed[kTile][16];  // and MXFP4 ones here
+      uint8_t tile_major_packed[kTile][16];  // MXFP4 blocks of tile-major weights are gathered here
       const uint8_t* bytes[kTile];           // FP8: each output's 32 codes; MXFP4: its 16 packed bytes
       float* scales = sw + (b - b0) * kLaneWidth + kTile * t;
       __m256i largest = _mm256_setzero_si256();  // FP8: the largest magnitude code, to spot NaN codes
@@ -193,7 +246,7 @@ void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t 
           bytes[i] = g.tile_major ? fp4_block_packed(w4, o, b, tile_major_packed[i]) : g.w + o * row_bytes + 16 * b;
           scales[i] = dt.e8m0_f32[g.w_scales[fp4_scale_index(o, b, g.kb, g.tile_major)]];
         } else {
-          bytes[i] = g.tile_major ? fp8_block_codes(w8, o, b, tile_major_codes[i]) : g.w + o * row_bytes + 32 * b;
+          bytes[i] = g.w + o * row_bytes + 32 * b;
           const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes[i]));
           largest = _mm256_max_epu8(largest, _mm256_and_si256(codes, magnitude_bits));
           scales[i] = dt.e8m0_f32[g.w_scales[(o / 32) * g.kb + b]];
@@ -506,6 +559,99 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
   return *std::max_element(seen, seen + 16);
 }
 
+// R activation rows (1..kDecodeMaxRows) on tile-major FP8 weights (kernels/linear.h), kTiles tiles of 16 outputs from
+// `tile`: per 64-byte vector (k 4v .. 4v + 3 of a tile), a byte shuffle of each quarter and an interleave of two
+// quarters give each k's codes of 8 outputs (as fp8_tile_major_block_to_lanes), which widen in registers
+// (e4m3_fp16_words, F16C) and multiply a broadcast activation. Each block is summed down k from 0, the reference's
+// own order, so every row count gives the reference's bits, as the many-row path does; row-major weights need an
+// 8-lane reduction per output and block instead (reduce_8: about a fifth of the one-row FP8 decode on a Zen 1).
+// Tiles at a time: 4 for one row, fewer for more rows, so that enough sums run at once (each block is one chain
+// of 32 FMAs per 8 outputs) and they stay in registers. Returns the largest magnitude code seen, as
+// decode_rows_tiles does (0x7f: a NaN code, which converts to a finite value here).
+template <int R, int kTiles, bool kCheckNan>
+uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
+  const LinearDecodeTables& dt = linear_decode_tables();
+  const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
+  const __m128i zero = _mm_setzero_si128();
+  const __m256 unscale = _mm256_set1_ps(256.0f);
+  const int64_t block_bytes = 32 * kTileMajorOutputs;
+  const int64_t o0 = tile * kTileMajorOutputs;
+  __m256i nan_seen = _mm256_setzero_si256();
+  __m256 y[R][kTiles][2];  // [row][tile][outputs 0-7, 8-15]
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < kTiles; ++u) y[r][u][0] = y[r][u][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < g.kb; ++b) {
+    __m256 acc[R][kTiles][2];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < kTiles; ++u) acc[r][u][0] = acc[r][u][1] = _mm256_setzero_ps();
+    for (int v = 0; v < 8; ++v) {
+      // a_k (k = 4v .. 4v + 3) broadcast once for every tile: one row only (more rows' would not fit in registers:
+      // bench_linear avx2 rows:4, 1 thread, 1.70 -> 1.62 GB/s; rows:1 3.9-4.0 -> 4.0-4.1).
+      constexpr bool kShareBroadcasts = R == 1;
+      __m256 shared[4];
+      if constexpr (kShareBroadcasts)
+        for (int e = 0; e < 4; ++e) shared[e] = _mm256_broadcast_ss(g.act + 32 * b + 4 * v + e);
+      for (int u = 0; u < kTiles; ++u) {
+        const uint8_t* vector = g.w + (o0 + kTileMajorOutputs * u) * g.in + b * block_bytes + kTileMajorVectorBytes * v;
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* half = vector + 32 * h;
+          if constexpr (kCheckNan) {
+            const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half));
+            nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(codes, magnitude_bits));
+          }
+          const Fp8KPairs k = fp8_tile_major_k_pairs(half);
+          const __m256 w[4] = {_mm256_cvtph_ps(e4m3_fp16_words(_mm_unpacklo_epi8(zero, k.first))),
+                               _mm256_cvtph_ps(e4m3_fp16_words(_mm_unpackhi_epi8(zero, k.first))),
+                               _mm256_cvtph_ps(e4m3_fp16_words(_mm_unpacklo_epi8(zero, k.second))),
+                               _mm256_cvtph_ps(e4m3_fp16_words(_mm_unpackhi_epi8(zero, k.second)))};
+          for (int r = 0; r < R; ++r)
+            for (int e = 0; e < 4; ++e) {
+              if constexpr (kShareBroadcasts) {
+                acc[r][u][h] = _mm256_fmadd_ps(w[e], shared[e], acc[r][u][h]);
+              } else {
+                const __m256 x = _mm256_broadcast_ss(g.act + r * g.in + 32 * b + 4 * v + e);
+                acc[r][u][h] = _mm256_fmadd_ps(w[e], x, acc[r][u][h]);
+              }
+            }
+        }
+      }
+    }
+    for (int u = 0; u < kTiles; ++u) {
+      const __m256 w_scale = _mm256_set1_ps(dt.e8m0_f32[g.w_scales[((o0 + kTileMajorOutputs * u) / 32) * g.kb + b]]);
+      for (int r = 0; r < R; ++r) {
+        const __m256 sa = _mm256_set1_ps(dt.e8m0_f32[g.act_scales[r * g.kb + b]]);
+        for (int h = 0; h < 2; ++h)
+          y[r][u][h] = _mm256_add_ps(y[r][u][h],
+                                     _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(acc[r][u][h], unscale), sa), w_scale));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < kTiles; ++u)
+      for (int h = 0; h < 2; ++h) {
+        _mm256_storeu_ps(g.y + r * g.out + o0 + kTileMajorOutputs * u + kTile * h, y[r][u][h]);
+      }
+  alignas(32) uint8_t seen[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(seen), nan_seen);
+  return *std::max_element(seen, seen + 32);
+}
+
+// decode_fp8_tile_major over tiles [tile_begin, tile_end) of 16 outputs, kTiles at a time and then one by one. The
+// NaN check (about a tenth of the one-row time) only where the weight may hold NaN codes.
+template <int R, int kTiles>
+uint8_t decode_fp8_tile_major_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  uint8_t largest = 0;
+  auto run = [&]<bool kCheckNan>() {
+    int64_t tile = tile_begin;
+    for (; tile + kTiles <= tile_end; tile += kTiles)
+      largest = std::max(largest, decode_fp8_tile_major<R, kTiles, kCheckNan>(g, tile));
+    for (; tile < tile_end; ++tile) largest = std::max(largest, decode_fp8_tile_major<R, 1, kCheckNan>(g, tile));
+  };
+  if (g.may_hold_nan) run.template operator()<true>();
+  else run.template operator()<false>();
+  return largest;
+}
+
 template <bool kFp4>
 uint8_t decode_rows_tiles_dispatch(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   switch (g.rows) {
@@ -546,13 +692,36 @@ void run_decode_rows(const GemmArgs& g, ThreadPool* pool) {
   else body(0, tiles, 0);
 }
 
+// decode_fp8_tile_major over every 16-output tile of g (1..kDecodeMaxRows rows), one contiguous range per thread
+// (as run_decode_rows); a range that met a NaN code is recomputed by gemm_tiles.
+void run_decode_fp8_tile_major(const GemmArgs& g, ThreadPool* pool) {
+  auto body = [&](int64_t begin, int64_t end, int) {
+    uint8_t largest = 0;
+    switch (g.rows) {
+      case 1: largest = decode_fp8_tile_major_range<1, 4>(g, begin, end); break;
+      case 2: largest = decode_fp8_tile_major_range<2, 2>(g, begin, end); break;
+      case 3: largest = decode_fp8_tile_major_range<3, 1>(g, begin, end); break;
+      default: largest = decode_fp8_tile_major_range<4, 1>(g, begin, end); break;
+    }
+    const int64_t tiles_per_tile = kTileMajorOutputs / kTile;
+    if (largest == 0x7f) gemm_tiles<false>(g, begin * tiles_per_tile, end * tiles_per_tile);
+  };
+  const int64_t tiles = g.out / kTileMajorOutputs;
+  if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);
+  else body(0, tiles, 0);
+}
+
 template <bool kFp4>
 void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, const uint8_t* w,
-                    const uint8_t* w_scales, int64_t out, int64_t in, bool tile_major, float* y, ThreadPool* pool) {
+                    const uint8_t* w_scales, int64_t out, int64_t in, bool tile_major, float* y, ThreadPool* pool,
+                    bool may_hold_nan = true) {
   if (rows <= 0 || out <= 0) return;
-  const GemmArgs g = block_gemm_args(act, act_scales, rows, w, w_scales, out, in, tile_major, y);
+  GemmArgs g = block_gemm_args(act, act_scales, rows, w, w_scales, out, in, tile_major, y);
+  g.may_hold_nan = may_hold_nan;
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (!kFp4 && rows <= kDecodeMaxRows && !tile_major) return run_decode_rows<kFp4>(g, pool);  // (MXFP4: fp4_gemm_avx2)
+  if (!kFp4 && rows <= kDecodeMaxRows) {  // (MXFP4: fp4_gemm_avx2)
+    return tile_major ? run_decode_fp8_tile_major(g, pool) : run_decode_rows<kFp4>(g, pool);
+  }
   if (pool && rows > 1 && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
     pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
@@ -573,7 +742,8 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
 void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
   ThreadScratch scratch(pool, 0);
   const std::span<float> act = widen_activations(x, scratch);
-  run_block_gemm<false>(act.data(), x.scales, x.rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool);
+  run_block_gemm<false>(act.data(), x.scales, x.rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool,
+                        w.may_hold_nan);
 }
 
 void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
@@ -601,7 +771,8 @@ void fp8_as_bf16_gemm_avx2(const float* x, int64_t rows, const Fp8Weight& w, flo
   ThreadScratch scratch(pool, 0);
   const std::span<uint8_t> unit_scales = scratch.take<uint8_t>(static_cast<size_t>(rows * (w.in / 32)));
   std::fill(unit_scales.begin(), unit_scales.end(), kE8m0One);
-  run_block_gemm<false>(x, unit_scales.data(), rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool);
+  run_block_gemm<false>(x, unit_scales.data(), rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool,
+                        w.may_hold_nan);
 }
 
 // BF16: 4 outputs x RT rows of 8-lane fp32 FMA accumulators; the K tail (< 8) is added in scalar FMAs.
@@ -658,7 +829,7 @@ void bf16_gemm_avx2(const float* x, int64_t rows, const Bf16Weight& w, float* y,
 const LinearKernels* avx2_kernels() {
   static const bool supported =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  static const LinearKernels kernels{"avx2", false, fp8_gemm_avx2, fp4_gemm_avx2, bf16_gemm_avx2,
+  static const LinearKernels kernels{"avx2", {.fp8 = true, .fp4 = false}, fp8_gemm_avx2, fp4_gemm_avx2, bf16_gemm_avx2,
                                      fp8_as_bf16_gemm_avx2, true};
   return supported ? &kernels : nullptr;
 }

@@ -751,10 +751,10 @@ const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply) {
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                                 __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi") &&
                                 __builtin_cpu_supports("avx512vnni");
-  static const LinearKernels dot{"avx512", true, fp8_gemm_avx512<RowsMultiply::kBf16Dot>,
+  static const LinearKernels dot{"avx512", {.fp8 = true, .fp4 = true}, fp8_gemm_avx512<RowsMultiply::kBf16Dot>,
                                  fp4_gemm_avx512<RowsMultiply::kBf16Dot>, bf16_gemm_avx512,
                                  fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>};
-  static const LinearKernels fma{"avx512fma", true, fp8_gemm_avx512<RowsMultiply::kFp32Fma>,
+  static const LinearKernels fma{"avx512fma", {.fp8 = true, .fp4 = true}, fp8_gemm_avx512<RowsMultiply::kFp32Fma>,
                                  fp4_gemm_avx512<RowsMultiply::kFp32Fma>, bf16_gemm_avx512,
                                  fp8_as_bf16_gemm_avx512<RowsMultiply::kFp32Fma>, false, PeakOps::kFp32Fma};
   if (!supported) return nullptr;
@@ -784,7 +784,7 @@ const LinearKernels* avx512_kernels() {
 // The AVX-512 table with the FP8 / MXFP4 block GEMMs on AMX tiles, every row count (see run_block_gemm); the bf16
 // GEMMs are the AVX-512 ones.
 const LinearKernels* amx_kernels() {
-  static const LinearKernels kernels{"amx", true, fp8_gemm_amx, fp4_gemm_amx, bf16_gemm_avx512,
+  static const LinearKernels kernels{"amx", {.fp8 = true, .fp4 = true}, fp8_gemm_amx, fp4_gemm_amx, bf16_gemm_avx512,
                                      fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>, false, PeakOps::kAmxBf16};
   return avx512_kernels() != nullptr && amx_usable() ? &kernels : nullptr;
 }

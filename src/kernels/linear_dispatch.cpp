@@ -1,4 +1,6 @@
 // Choice of the linear kernel set for this CPU (once, at first use) and the shape checks.
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -33,7 +35,8 @@ void for_each_tile(int64_t out, ThreadPool* pool, const Tile& tile) {
 }
 }  // namespace
 
-void repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool) {
+bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool) {
+  std::atomic<bool> nan_codes = false;
   for_each_tile(out, pool, [&](int64_t t) {
     uint8_t* tile = tile_major + t * kTileMajorOutputs * in;
     for (int64_t i = 0; i < kTileMajorOutputs; ++i) {
@@ -44,7 +47,12 @@ void repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
         std::memcpy(lane + v * kTileMajorVectorBytes + 8, row + 4 * v + 2, 2);
       }
     }
+    // The tile just written is still in cache.
+    const uint8_t* written = tile;
+    if (std::any_of(written, written + kTileMajorOutputs * in, [](uint8_t c) { return (c & 0x7f) == 0x7f; }))
+      nan_codes.store(true, std::memory_order_relaxed);
   });
+  return nan_codes.load();
 }
 
 void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool) {

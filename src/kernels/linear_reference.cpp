@@ -124,7 +124,7 @@ void fp8_as_bf16_gemm_reference(const float* x, int64_t rows, const Fp8Weight& w
 }  // namespace
 
 const LinearKernels& reference_linear_kernels() {
-  static const LinearKernels kernels{"reference", false, fp8_gemm_reference, fp4_gemm_reference, bf16_gemm_reference,
+  static const LinearKernels kernels{"reference", {}, fp8_gemm_reference, fp4_gemm_reference, bf16_gemm_reference,
                                      fp8_as_bf16_gemm_reference};
   return kernels;
 }

@@ -93,8 +93,8 @@ Result<std::unique_ptr<DSpark>> DSpark::bind(const Checkpoint& checkpoint, const
   return d;
 }
 
-Result<int64_t> DSpark::to_tile_major(const Checkpoint& checkpoint, ThreadPool* pool) {
-  return copy_to_tile_major(stages_, {&main_proj_}, checkpoint, pool, tile_major_weights_);
+Result<int64_t> DSpark::to_tile_major(const Checkpoint& checkpoint, TileMajorFormats formats, ThreadPool* pool) {
+  return copy_to_tile_major(stages_, {&main_proj_}, formats, checkpoint, pool, tile_major_weights_);
 }
 
 void DSpark::project_main_hidden(const float* main_hidden, int64_t rows, const ComputeContext& ctx,

@@ -114,16 +114,19 @@ int64_t copy_fp8_as_bf16_weights(std::vector<BlockWeights>& blocks) {
 
 void ModelWeights::copy_fp8_as_bf16() { decode_weight_bytes_ += copy_fp8_as_bf16_weights(blocks_); }
 
-Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, ThreadPool* pool) {
-  return copy_to_tile_major(blocks_, {}, checkpoint, pool, tile_major_weights_);
+Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, TileMajorFormats formats,
+                                            ThreadPool* pool) {
+  return copy_to_tile_major(blocks_, {}, formats, checkpoint, pool, tile_major_weights_);
 }
 
 Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std::vector<Fp8Weight*>& extra,
-                                   const Checkpoint& checkpoint, ThreadPool* pool, HugePageBuffer& buffer) {
+                                   TileMajorFormats formats, const Checkpoint& checkpoint, ThreadPool* pool,
+                                   HugePageBuffer& buffer) {
   // Pass 1: the distinct eligible tensors (one bound twice is copied once), each at a cache-line offset.
   struct Source {
     int64_t offset = 0;  // in the buffer
     bool copied = false;
+    bool nan_codes = true;  // FP8: whether the copy found a NaN code
   };
   std::map<const uint8_t*, Source> sources;  // by the checkpoint bytes
   int64_t total = 0;
@@ -134,8 +137,12 @@ Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std:
     total += (out * row_bytes + 63) / 64 * 64;
   };
   for_each_quantised_linear(
-      blocks, extra, [&](Fp8Weight& w) { plan(w.codes, w.out, w.in, w.in, w.tile_major); },
+      blocks, extra,
+      [&](Fp8Weight& w) {
+        if (formats.fp8) plan(w.codes, w.out, w.in, w.in, w.tile_major);
+      },
       [&](Fp4Weight& w) {
+        if (!formats.fp4) return;
         plan(w.packed, w.out, w.in, w.in / 2, w.tile_major);
         if (sources.contains(w.packed)) plan(w.scales, w.out, w.in, w.in / 32, w.tile_major);  // scales move too
       });
@@ -144,30 +151,43 @@ Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std:
   if (!allocated.ok()) return allocated.status();
   buffer = std::move(*allocated);
   // Pass 2: copy each tensor into its place, give its file pages back, point the weights at the copy.
-  using Repack = void (*)(const uint8_t*, int64_t, int64_t, uint8_t*, ThreadPool*);
-  auto rewrite = [&](const uint8_t*& bytes, int64_t out, int64_t in, int64_t row_bytes, Repack repack) {
+  // copy(from, to, source) writes the tensor's copy, once per tensor. Returns its Source, nullptr when it is not
+  // to be copied.
+  auto rewrite = [&](const uint8_t*& bytes, int64_t out, int64_t row_bytes, auto copy) -> const Source* {
     auto source = sources.find(bytes);
-    if (source == sources.end()) return false;
-    uint8_t* copy = buffer.data() + source->second.offset;
+    if (source == sources.end()) return nullptr;
+    uint8_t* to = buffer.data() + source->second.offset;
     if (!source->second.copied) {
-      repack(bytes, out, in, copy, pool);
+      copy(bytes, to, source->second);
       checkpoint.release(bytes, static_cast<size_t>(out * row_bytes));
       source->second.copied = true;
     }
-    bytes = copy;
-    return true;
+    bytes = to;
+    return &source->second;
   };
   int64_t rewritten = 0;
   for_each_quantised_linear(
       blocks, extra,
       [&](Fp8Weight& w) {
-        if (w.tile_major || !rewrite(w.codes, w.out, w.in, w.in, repack_fp8_tile_major)) return;
+        if (w.tile_major) return;
+        const Source* source = rewrite(w.codes, w.out, w.in, [&](const uint8_t* from, uint8_t* to, Source& s) {
+          s.nan_codes = repack_fp8_tile_major(from, w.out, w.in, to, pool);
+        });
+        if (source == nullptr) return;
         w.tile_major = true;
+        w.may_hold_nan = source->nan_codes;
         ++rewritten;
       },
       [&](Fp4Weight& w) {
-        if (w.tile_major || !rewrite(w.packed, w.out, w.in, w.in / 2, repack_fp4_tile_major)) return;
-        rewrite(w.scales, w.out, w.in, w.in / 32, repack_fp4_scales_tile_major);  // planned with its codes
+        if (w.tile_major) return;
+        auto packed = [&](const uint8_t* from, uint8_t* to, Source&) {
+          repack_fp4_tile_major(from, w.out, w.in, to, pool);
+        };
+        if (rewrite(w.packed, w.out, w.in / 2, packed) == nullptr) return;
+        auto scales = [&](const uint8_t* from, uint8_t* to, Source&) {
+          repack_fp4_scales_tile_major(from, w.out, w.in, to, pool);
+        };
+        rewrite(w.scales, w.out, w.in / 32, scales);  // planned with its codes
         w.tile_major = true;
         ++rewritten;
       });

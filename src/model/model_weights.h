@@ -37,13 +37,14 @@ struct BlockWeights {
 // stages (model/dspark.h). `hasher` is needed where the layer has Engram (backbone only).
 Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer, const NgramHasher* hasher);
 
-// Copies the FP8 / MXFP4 linears of `blocks` (attention, MoE, Engram) and `extra` whose shapes allow it (with their
-// FP4 scales) into tile-major order (kernels/linear.h) in `buffer`, a huge-page allocation of their total size,
-// gives the file pages of the originals back (Checkpoint::release) and points the weights at the copies. The
-// copies run on `pool` (nullptr: this thread), split over NUMA nodes as the kernels read them. Returns how many
-// linears are tile-major now. Used by ModelWeights::to_tile_major and by the DSpark stages.
+// Copies the FP8 / MXFP4 linears of `blocks` (attention, MoE, Engram) and `extra` whose format is in `formats` and
+// whose shapes allow it (with their FP4 scales) into tile-major order (kernels/linear.h) in `buffer`, a huge-page
+// allocation of their total size, gives the file pages of the originals back (Checkpoint::release) and points the
+// weights at the copies. The copies run on `pool` (nullptr: this thread), split over NUMA nodes as the kernels read
+// them. Returns how many linears are tile-major now. Used by ModelWeights::to_tile_major and by the DSpark stages.
 Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std::vector<Fp8Weight*>& extra,
-                                   const Checkpoint& checkpoint, ThreadPool* pool, HugePageBuffer& buffer);
+                                   TileMajorFormats formats, const Checkpoint& checkpoint, ThreadPool* pool,
+                                   HugePageBuffer& buffer);
 
 // Gives every attention layer of `blocks` its exact bf16 copy of wo_a (AttentionLayer::copy_wo_a_to_bf16), for
 // kernel tables that prefer it (LinearKernels::fp8_as_bf16_prefers_copy). Returns the extra bytes per decode step.
@@ -64,12 +65,13 @@ class ModelWeights {
   const std::vector<BlockWeights>& blocks() const { return blocks_; }
   const NgramHasher* engram_hasher() const { return hasher_ ? &*hasher_ : nullptr; }
 
-  // Copies every FP8 / MXFP4 linear whose shape allows it (with its FP4 scales) into tile-major order (kernels/linear.h) in a huge-page
-  // buffer of its own, gives the file pages of the originals back (Checkpoint::release) and points the weights at
-  // the copies: for kernel tables that prefer that order (LinearKernels::prefers_tile_major). Every table reads
-  // both orders (the same bits where block sums are exact). The copies run on `pool` (nullptr: this thread); on a real checkpoint
-  // they are hundreds of GB. Returns how many linears are tile-major now.
-  Result<int64_t> to_tile_major(const Checkpoint& checkpoint, ThreadPool* pool);
+  // Copies every linear of `formats` (FP8, MXFP4) whose shape allows it (with its FP4 scales) into tile-major order
+  // (kernels/linear.h) in a huge-page buffer of its own, gives the file pages of the originals back
+  // (Checkpoint::release) and points the weights at the copies: for kernel tables that prefer that order
+  // (LinearKernels::prefers_tile_major). Every table reads both orders (the same bits where block sums are exact).
+  // The copies run on `pool` (nullptr: this thread); on a real checkpoint they are hundreds of GB. Returns how many
+  // linears are tile-major now.
+  Result<int64_t> to_tile_major(const Checkpoint& checkpoint, TileMajorFormats formats, ThreadPool* pool);
   // The rewritten weights' memory (empty when none), e.g. to lock it in RAM.
   const HugePageBuffer& tile_major_weights() const { return tile_major_weights_; }
   // copy_fp8_as_bf16_weights on the layers (decode_weight_bytes() counts the copies from then on).

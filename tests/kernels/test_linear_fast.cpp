@@ -781,6 +781,42 @@ TEST(LinearFast, RealisticOperandsAgreeBitForBitAlmostEverywhere) {
   }
 }
 
+// Tile-major FP8 weights: a NaN code gives NaN on the decode and multi-row paths, as the reference; a weight known to
+// hold none (Fp8Weight::may_hold_nan false, as the load-time copy finds out) gives the same bits as one that might.
+TEST(LinearFast, TileMajorNanCodesMatchReference) {
+  const int64_t out = 48, in = 128;
+  for (const LinearKernels* k : fast_kernels())
+    for (int rows : {1, 2, 3, 4, 7}) {
+      std::mt19937 rng(rows);
+      auto x = test::random_fp8_acts(rng, rows, in);
+      auto w = test::random_fp8_weight(rng, out, in);
+      for (auto& c : w.codes)
+        if ((c & 0x7f) == 0x7f) c = 0x7e;
+      test::Fp8WeightData tiled = w;
+      EXPECT_FALSE(repack_fp8_tile_major(w.codes.data(), out, in, tiled.codes.data()));
+      Fp8Weight view = tiled.view();
+      view.tile_major = true;
+      std::vector<float> checked(static_cast<size_t>(rows * out)), unchecked(checked.size());
+      k->fp8_gemm(x.view(), view, checked.data(), nullptr);
+      view.may_hold_nan = false;
+      k->fp8_gemm(x.view(), view, unchecked.data(), nullptr);
+      const std::string where = std::string(k->name) + " rows " + std::to_string(rows);
+      EXPECT_EQ(std::memcmp(checked.data(), unchecked.data(), checked.size() * sizeof(float)), 0) << where;
+      w.codes[37 * in + 70] = 0xff;  // output 37 (tile 2), block 2
+      EXPECT_TRUE(repack_fp8_tile_major(w.codes.data(), out, in, tiled.codes.data()));
+      view.may_hold_nan = true;
+      std::vector<float> got(checked.size()), ref(checked.size());
+      k->fp8_gemm(x.view(), view, got.data(), nullptr);
+      reference_linear_kernels().fp8_gemm(x.view(), w.view(), ref.data(), nullptr);
+      for (int r = 0; r < rows; ++r)
+        for (int o = 0; o < out; ++o) {
+          const size_t i = static_cast<size_t>(r * out + o);
+          EXPECT_EQ(std::isnan(got[i]), std::isnan(ref[i])) << where << " at " << r << "," << o;
+          if (o == 37) EXPECT_TRUE(std::isnan(got[i])) << where << " row " << r;
+        }
+    }
+}
+
 TEST(LinearFast, NanCodesAndScaleOrderEdgeCasesMatchReference) {
   for (const LinearKernels* k : fast_kernels())
     for (int rows : {1, 3, 7}) {  // the decode paths (AVX2: up to 4 rows) and the multi-row path

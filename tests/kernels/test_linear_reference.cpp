@@ -323,6 +323,18 @@ TEST(TileMajor, RepackPutsEveryCodeAtItsOffset) {
           << o << "," << b;
     }
   }
+  // The FP8 copy reports NaN codes (0x7f, 0xff) wherever they are, on the pool or not, and only those.
+  std::vector<uint8_t> numbers(codes.size());
+  for (auto& c : numbers) c = static_cast<uint8_t>(rng() % 0x7f) | static_cast<uint8_t>(rng() % 2 * 0x80);
+  EXPECT_FALSE(repack_fp8_tile_major(numbers.data(), out, in, on_pool.data()));
+  EXPECT_FALSE(repack_fp8_tile_major(numbers.data(), out, in, on_pool.data(), &pool));
+  for (const size_t at : {size_t{0}, numbers.size() / 2 + 5, numbers.size() - 1})
+    for (const uint8_t nan : {0x7f, 0xff}) {
+      std::vector<uint8_t> one_nan = numbers;
+      one_nan[at] = nan;
+      EXPECT_TRUE(repack_fp8_tile_major(one_nan.data(), out, in, on_pool.data())) << at;
+      EXPECT_TRUE(repack_fp8_tile_major(one_nan.data(), out, in, on_pool.data(), &pool)) << at;
+    }
   // Output 17, k 65: tile 1, vector 16, lane group 0, k%4 = 1 -> byte 8 * 0 + 2 * 1 + 1 of that vector.
   EXPECT_EQ(fp8_tile_major_offset(17, 65, in), 16 * in + 16 * 64 + 2 + 1);
   // Output 17, k 13: tile 1, vector 1, word 2 * 1 + 1, nibble 2 -> the high byte of that word, low nibble.

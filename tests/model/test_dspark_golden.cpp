@@ -329,11 +329,22 @@ TEST_P(DSparkGolden, TileMajorStagesGiveTheSameBits) {
   const ComputeContext ctx = ComputeContext::for_backend(best_backend(), &pool);
   auto before = run_recorded(m, r, ctx);
   ASSERT_TRUE(before.ok()) << before.status().message();
-  auto main_copied = m.weights->to_tile_major(*m.checkpoint, &pool);
+  const TileMajorFormats all{.fp8 = true, .fp4 = true};
+  auto main_copied = m.weights->to_tile_major(*m.checkpoint, all, &pool);
   ASSERT_TRUE(main_copied.ok()) << main_copied.status().message();
-  auto stages_copied = m.dspark->to_tile_major(*m.checkpoint, &pool);
+  auto stages_copied = m.dspark->to_tile_major(*m.checkpoint, all, &pool);
   ASSERT_TRUE(stages_copied.ok()) << stages_copied.status().message();
   EXPECT_GT(*stages_copied, 0);
+  // The copy looked at every FP8 code it wrote: the goldens hold no NaN code, so no copied weight may hold one.
+  int64_t copied_fp8 = 0;
+  for (const BlockWeights& block : m.weights->blocks())
+    if (block.attention)
+      block.attention->for_each_fp8_linear([&](Fp8Weight& w) {
+        if (!w.tile_major) return;
+        EXPECT_FALSE(w.may_hold_nan);
+        ++copied_fp8;
+      });
+  EXPECT_GT(copied_fp8, 0);
   auto after = run_recorded(m, r, ctx);
   ASSERT_TRUE(after.ok()) << after.status().message();
   EXPECT_EQ(after->output_ids, before->output_ids);
