@@ -429,16 +429,19 @@ TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
 }
 
 // The AVX2 table's many-row path sums each block down k from 0 (weights in lanes, linear_avx2.cpp), the reference's
-// own order: the same bits on random codes, where the order of a block's products shows, in both weight orders.
+// own order: the same bits on random codes, where the order of a block's products shows, in both weight orders. So
+// do 1-4 rows on tile-major weights (its decode on the load-time copy; row-major decode sums in another order).
 TEST(LinearFast, Avx2ManyRowsGiveTheReferenceBits) {
   const LinearKernels* k = linear_impl::avx2_kernels();
   if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(41);
   ThreadPool pool(2);
   for (const auto& [rows, out, in] : {std::tuple{5, 40, 544}, std::tuple{9, 17, 96}, std::tuple{16, 72, 1056},
-                                      std::tuple{40, 16, 96}})
+                                      std::tuple{40, 16, 96}, std::tuple{1, 80, 1056}, std::tuple{2, 32, 544},
+                                      std::tuple{3, 16, 96}, std::tuple{4, 48, 256}})
     for (const bool tiled : {false, true}) {
       if (tiled && !tile_major_possible(out, in)) continue;
+      if (!tiled && rows <= 4) continue;
       const auto x = test::random_fp8_acts(rng, rows, in);
       const auto w8 = test::random_fp8_weight(rng, out, in);
       const auto w4 = test::random_fp4_weight(rng, out, in);
