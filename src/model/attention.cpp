@@ -298,7 +298,7 @@ Result<std::unique_ptr<AttentionLayer>> AttentionLayer::bind(const TensorLookup&
   return a;
 }
 
-int64_t AttentionLayer::copy_wo_a_to_bf16() {
+int64_t AttentionLayer::copy_wo_a_to_bf16(const Checkpoint& checkpoint) {
   if (!wo_a_bf16_.empty()) return 0;
   wo_a_bf16_.resize(static_cast<size_t>(wo_a_.out * wo_a_.in));
   const int64_t scale_cols = wo_a_.in / 32;
@@ -311,6 +311,7 @@ int64_t AttentionLayer::copy_wo_a_to_bf16() {
         wo_a_bf16_[static_cast<size_t>(o * wo_a_.in + 32 * b + j)] = f32_to_bf16(e4m3_to_f32(codes[j]) * scale);
     }
   }
+  checkpoint.release(wo_a_.codes, static_cast<size_t>(wo_a_.out * wo_a_.in));
   const int64_t fp8_bytes = wo_a_.out * wo_a_.in + (wo_a_.out / 32) * scale_cols;
   return 2 * wo_a_.out * wo_a_.in - fp8_bytes;
 }

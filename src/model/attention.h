@@ -50,15 +50,17 @@ class AttentionLayer {
   using TensorLookup = std::function<const TensorView*(const std::string&)>;
 
   static Result<std::unique_ptr<AttentionLayer>> bind(const Checkpoint& checkpoint, int layer);
-  // Every FP8 linear of the layer, for a load-time rewrite of its bytes (ModelWeights::to_tile_major).
+  // Every FP8 linear the layer's kernels read, for a load-time rewrite of its bytes (ModelWeights::to_tile_major):
+  // wo_a's codes not once it has a bf16 copy (copy_wo_a_to_bf16).
   void for_each_fp8_linear(FunctionRef<void(Fp8Weight&)> fn) {
     for (Fp8Weight* w : {&wq_a_, &wq_b_, &wkv_, &wo_a_, &wo_b_, &index_wq_b_})
-      if (w->codes != nullptr) fn(*w);
+      if (w->codes != nullptr && !(w == &wo_a_ && !wo_a_bf16_.empty())) fn(*w);
   }
   // Keeps an exact bf16 copy of wo_a (convert.py's dequantisation) and runs it with bf16_gemm from then on, for
   // kernel tables that prefer that (LinearKernels::fp8_as_bf16_prefers_copy): the same values, twice the bytes.
-  // Returns the bytes a decode step now reads beyond the codes and scales.
-  int64_t copy_wo_a_to_bf16();
+  // The codes' pages are given back (Checkpoint::release). Returns the bytes a decode step now reads beyond the
+  // codes and scales.
+  int64_t copy_wo_a_to_bf16(const Checkpoint& checkpoint);
   // Binds layers.{layer}.attn.* (and for DSpark stages mtp.{layer - n_layers}.attn.*). Errors name the tensor,
   // the expected and found dtype/shape, and `origin`. wo_a stays FP8: the reference's convert.py dequantises it
   // to bf16 (exact), and the backend's fp8_as_bf16_gemm computes that bf16 linear from the codes.

@@ -48,7 +48,7 @@ Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std:
 
 // Gives every attention layer of `blocks` its exact bf16 copy of wo_a (AttentionLayer::copy_wo_a_to_bf16), for
 // kernel tables that prefer it (LinearKernels::fp8_as_bf16_prefers_copy). Returns the extra bytes per decode step.
-int64_t copy_fp8_as_bf16_weights(std::vector<BlockWeights>& blocks);
+int64_t copy_fp8_as_bf16_weights(std::vector<BlockWeights>& blocks, const Checkpoint& checkpoint);
 
 class ModelWeights {
  public:
@@ -75,7 +75,7 @@ class ModelWeights {
   // The rewritten weights' memory (empty when none), e.g. to lock it in RAM.
   const HugePageBuffer& tile_major_weights() const { return tile_major_weights_; }
   // copy_fp8_as_bf16_weights on the layers (decode_weight_bytes() counts the copies from then on).
-  void copy_fp8_as_bf16();
+  void copy_fp8_as_bf16(const Checkpoint& checkpoint);
 
   // Bytes of weights one decode step reads (embedding row, hc, norms, attention, gate + routed top-k + shared
   // expert, head); attention counted by its tensor sizes.
