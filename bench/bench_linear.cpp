@@ -269,7 +269,9 @@ void register_all(int threads) {
     for (const LinearShape& s : kShapes)
       for (const bool tiled : {false, true}) {
         // "_tiled": the layout the engine gives this table's FP8/FP4 weights at load.
-        const bool tile_major_format = (s.format == Format::kFp8 && k->prefers_tile_major.fp8) ||
+        // wo_a's FP8 codes get the copy too where the table runs them (not fp8_as_bf16_prefers_copy).
+        const bool fp8_codes = s.format == Format::kFp8 || s.format == Format::kFp8AsBf16;
+        const bool tile_major_format = (fp8_codes && k->prefers_tile_major.fp8) ||
                                        (s.format == Format::kFp4 && k->prefers_tile_major.fp4);
         if (tiled && !tile_major_format) continue;
         for (int64_t rows : {1, 4, 16, 64, 256, 2048}) {
