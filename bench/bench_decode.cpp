@@ -114,8 +114,9 @@ int run(int argc, char** argv) {
   std::vector<int32_t> prompt(static_cast<size_t>(context));
   for (int i = 0; i < context; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 3) % static_cast<int>(info.vocab_size);
   // The bandwidth probes, then the decode: the engine's steps are timed on its own (step records), so the probes
-  // run before the request, `steps` times, and the decode request runs `steps` + 1 decode steps after its prefill
-  // (the first is the warm-up: first touch of every mapped weight page).
+  // run before the request (the plain ones `steps` times, the engine's three times: medians), and the decode
+  // request runs `steps` + 1 decode steps after its prefill (the first is the warm-up: first touch of every mapped
+  // weight page).
   std::vector<double> step_s, read, plain_read, triad;
   for (int i = 0; i < steps; ++i) {
     plain_read.push_back(plain_read_gbps(b, pool));
