@@ -269,7 +269,8 @@ void register_all(int threads) {
     for (const LinearShape& s : kShapes)
       for (const bool tiled : {false, true}) {
         // "_tiled": the layout the engine gives this table's FP8/FP4 weights at load.
-        // wo_a's FP8 codes get the copy too where the table runs them (not fp8_as_bf16_prefers_copy).
+        // wo_a's FP8 codes too: the engine copies them for tables that run them (not fp8_as_bf16_prefers_copy);
+        // on the others the row compares the codes against the bf16 copy those tables run (wo_a_bf16).
         const bool fp8_codes = s.format == Format::kFp8 || s.format == Format::kFp8AsBf16;
         const bool tile_major_format = (fp8_codes && k->prefers_tile_major.fp8) ||
                                        (s.format == Format::kFp4 && k->prefers_tile_major.fp4);

@@ -104,10 +104,10 @@ constexpr int kLaneWidth = kLaneTiles * kTile;  // outputs per k in lanes
 constexpr int kLaneChunkBlocks = 8;   // 8 blocks x 32 k x 48 outputs fp32 = 48 KB of lanes
 constexpr int kLaneRows = 2;          // rows at a time
 
-// 16 FP8 codes, k and k + 1 of 8 outputs (bytes 0-7: k, 8-15: k + 1, output order) -> lanes rows k and k + 1 (the
-// next row is kLaneWidth floats on) as value * 2^-8; kNanCodes turns the NaN codes into fp16 NaNs.
+// 16 FP8 codes, k and k + 1 of 8 outputs (bytes 0-7: k, 8-15: k + 1, output order) -> values[0] (k) and values[1]
+// (k + 1), 8 outputs each, as value * 2^-8; kNanCodes turns the NaN codes into fp16 NaNs.
 template <bool kNanCodes>
-inline void fp8_pair_to_lanes(__m128i codes, float* lanes) {
+inline void fp8_pair_values(__m128i codes, __m256 (&values)[2]) {
   const __m128i zero = _mm_setzero_si128();
   for (int h = 0; h < 2; ++h) {
     __m128i words = e4m3_fp16_words(h == 0 ? _mm_unpacklo_epi8(zero, codes) : _mm_unpackhi_epi8(zero, codes));
@@ -116,8 +116,17 @@ inline void fp8_pair_to_lanes(__m128i codes, float* lanes) {
       const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(words, magnitude), magnitude);
       words = _mm_or_si128(words, _mm_and_si128(nan, _mm_set1_epi16(0x7E00)));
     }
-    _mm256_store_ps(lanes + h * kLaneWidth, _mm256_cvtph_ps(words));
+    values[h] = _mm256_cvtph_ps(words);
   }
+}
+
+// The same into lanes rows k and k + 1 (the next row is kLaneWidth floats on).
+template <bool kNanCodes>
+inline void fp8_pair_to_lanes(__m128i codes, float* lanes) {
+  __m256 values[2];
+  fp8_pair_values<kNanCodes>(codes, values);
+  _mm256_store_ps(lanes, values[0]);
+  _mm256_store_ps(lanes + kLaneWidth, values[1]);
 }
 
 // 8 outputs' 32 e4m3 codes of one FP8 block in k order -> lanes [32 k][kLaneWidth] fp32, this tile's 8 columns,
@@ -572,7 +581,6 @@ template <int R, int kTiles, bool kCheckNan>
 uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
-  const __m128i zero = _mm_setzero_si128();
   const __m256 unscale = _mm256_set1_ps(256.0f);
   const int64_t block_bytes = 32 * kTileMajorOutputs;
   const int64_t o0 = tile * kTileMajorOutputs;
@@ -600,17 +608,16 @@ uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
             nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(codes, magnitude_bits));
           }
           const Fp8KPairs k = fp8_tile_major_k_pairs(half);
-          const __m256 w[4] = {_mm256_cvtph_ps(e4m3_fp16_words(_mm_unpacklo_epi8(zero, k.first))),
-                               _mm256_cvtph_ps(e4m3_fp16_words(_mm_unpackhi_epi8(zero, k.first))),
-                               _mm256_cvtph_ps(e4m3_fp16_words(_mm_unpacklo_epi8(zero, k.second))),
-                               _mm256_cvtph_ps(e4m3_fp16_words(_mm_unpackhi_epi8(zero, k.second)))};
+          __m256 w[2][2];  // [k 0-1, k 2-3][k % 2]: the values of k = 4v + e at w[e / 2][e % 2]
+          fp8_pair_values<false>(k.first, w[0]);
+          fp8_pair_values<false>(k.second, w[1]);
           for (int r = 0; r < R; ++r)
             for (int e = 0; e < 4; ++e) {
               if constexpr (kShareBroadcasts) {
-                acc[r][u][h] = _mm256_fmadd_ps(w[e], shared[e], acc[r][u][h]);
+                acc[r][u][h] = _mm256_fmadd_ps(w[e / 2][e % 2], shared[e], acc[r][u][h]);
               } else {
                 const __m256 x = _mm256_broadcast_ss(g.act + r * g.in + 32 * b + 4 * v + e);
-                acc[r][u][h] = _mm256_fmadd_ps(w[e], x, acc[r][u][h]);
+                acc[r][u][h] = _mm256_fmadd_ps(w[e / 2][e % 2], x, acc[r][u][h]);
               }
             }
         }

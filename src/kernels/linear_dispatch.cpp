@@ -48,8 +48,7 @@ bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
       }
     }
     // The tile just written is still in cache.
-    const uint8_t* written = tile;
-    if (std::any_of(written, written + kTileMajorOutputs * in, [](uint8_t c) { return (c & 0x7f) == 0x7f; }))
+    if (std::any_of(tile, tile + kTileMajorOutputs * in, [](uint8_t c) { return (c & 0x7f) == 0x7f; }))
       nan_codes.store(true, std::memory_order_relaxed);
   });
   return nan_codes.load();
