@@ -5,7 +5,8 @@
 // x 128 against 256 keys) and head weighting (32 heads x 16 keys). Prints time per call and the kernel's
 // arithmetic rate; the sparse-attention rows also the fp32 FMA peak of the same threads measured in the same
 // run (peak_GFLOPs) and the fraction of it reached (vs_peak): with these inputs every product is exact, so the
-// kernel multiplies with FMAs. A benchmark, not a test.
+// kernel multiplies with FMAs, or, where the CPU has AVX512-BF16, with vdpbf16ps (twice the FMA rate: vs_peak can
+// then pass 1). A benchmark, not a test.
 // Run: build-<you>/bench/bench_attention [--benchmark_filter=sparse]
 #include <benchmark/benchmark.h>
 

@@ -304,6 +304,10 @@ void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t 
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const std::span<float> q_t = scratch.take<float>(static_cast<size_t>(groups * a.dim * kScoreHeads));
   const std::span<ValueBounds> q_bounds = scratch.take<ValueBounds>(static_cast<size_t>(groups));
+  // The queries as bf16 pairs [groups][dim / 2][32] for the vdpbf16ps passes, where the CPU has them.
+  const bool pairs = paths.score_rows_pairs != nullptr && a.dim % 2 == 0;
+  const int64_t pairs_per_group = a.dim / 2 * kScoreHeads;
+  const std::span<uint32_t> q_pairs = scratch.take<uint32_t>(pairs ? static_cast<size_t>(groups * pairs_per_group) : 0);
   for_each_query_groups(begin, end, groups, [&](int64_t item_query, int64_t first, int64_t last) {
     const int64_t query = query0 + item_query;
     const float* const* rows = a.rows + query * a.num_entries;
@@ -315,6 +319,7 @@ void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t 
       const float* group_q = a.q + (query * a.heads + group * kScoreHeads) * a.dim;
       q_bounds[static_cast<size_t>(group)] = paths.bounds(group_q, lanes * a.dim);
       transpose_queries(group_q, lanes, a.dim, q_t.data() + group * a.dim * kScoreHeads);
+      if (pairs) make_query_pairs(q_t.data() + group * a.dim * kScoreHeads, a.dim, q_pairs.data() + group * pairs_per_group);
     }
     int64_t present[kScoreRows];
     for (int64_t j = 0; j < a.num_entries;) {
@@ -333,8 +338,11 @@ void score_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t 
       for (int i = 1; i < n; ++i) pass_bounds = merge_bounds(pass_bounds, bounds[present[i]]);
       for (int64_t group = first; group < last; ++group) {
         float acc[kScoreRows][kScoreHeads];
-        const bool fused = products_exact(q_bounds[static_cast<size_t>(group)], pass_bounds);
-        paths.score_rows(q_t.data() + group * a.dim * kScoreHeads, r, a.dim, fused, acc);
+        const ValueBounds group_bounds = q_bounds[static_cast<size_t>(group)];
+        if (pairs && bf16_dot_exact(group_bounds, pass_bounds))
+          paths.score_rows_pairs(q_pairs.data() + group * pairs_per_group, r, a.dim, acc);
+        else
+          paths.score_rows(q_t.data() + group * a.dim * kScoreHeads, r, a.dim, products_exact(group_bounds, pass_bounds), acc);
         const int head0 = static_cast<int>(group) * kScoreHeads;
         const int lanes = std::min(kScoreHeads, a.heads - head0);
         float* head_scores = query_scores + head0 * a.num_entries;  // [lanes][entries]
@@ -417,8 +425,15 @@ void attend_groups(const FastPaths& paths, const SparseAttentionArgs& a, int64_t
           block.correction[g] = correction;
           maximum[slot] = next_max;
         }
-        block.fused = products_exact(paths.bounds(block.p, block.present * kGroupHeads), block_bounds);
-        paths.pv_block(block, a.dim, num.data() + group * kGroupHeads * a.dim, a.dim);
+        const ValueBounds p_bounds = paths.bounds(block.p, block.present * kGroupHeads);
+        float* group_num = num.data() + group * kGroupHeads * a.dim;
+        if (paths.pv_block_pairs != nullptr && bf16_dot_exact(p_bounds, block_bounds)) {
+          make_p_pairs(block);
+          paths.pv_block_pairs(block, a.dim, group_num, a.dim);
+        } else {
+          block.fused = products_exact(p_bounds, block_bounds);
+          paths.pv_block(block, a.dim, group_num, a.dim);
+        }
       }
     }
     for (int head = static_cast<int>(first) * kGroupHeads; head < std::min<int>(a.heads, static_cast<int>(last) * kGroupHeads); ++head) {

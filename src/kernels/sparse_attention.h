@@ -51,7 +51,9 @@ const SparseAttentionKernels& reference_sparse_attention();
 // loaded once for the 8 heads and the accumulators [heads x dims] in registers, every element summed in list
 // order. Both phases multiply-add with one FMA where every product of the pass / block is exact in fp32 (bf16
 // values whose products are normal and finite, from per-row magnitude bounds taken first), which rounds as the
-// oracle's product-then-sum does; elsewhere they round each product first. Threads take (query, group of 32
+// oracle's product-then-sum does; elsewhere they round each product first. Where the CPU has AVX512-BF16 and the
+// bounds also rule out subnormal inputs and sums, vdpbf16ps takes two elements per instruction in the same order
+// (sparse_attention_impl.h bf16_dot_exact). Threads take (query, group of 32
 // heads) items and run both phases on them, or, when the pool has more threads than those items, the scores over
 // them and then softmax and P·V over (query, group of 8 heads).
 // best: the AVX-512 table where the CPU has AVX-512 F/BW/VL/DQ, else the AVX2 one (the build baseline).

@@ -7,10 +7,15 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
+#include <array>
+
 #include "kernels/sparse_attention_impl.h"
 
-// The one target string of this file; every function that uses AVX-512 intrinsics carries it.
+// The one target string of this file; every function that uses AVX-512 intrinsics carries it (the vdpbf16ps
+// scores add BF16).
 #define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define DSFLASH_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace dsflash::sparse_attention_impl {
 namespace {
@@ -50,6 +55,60 @@ DSFLASH_AVX512 void score_rows_avx512(const float* q_t, const float* const* r, i
   else score_rows_impl<false>(q_t, r, dim, acc);
 }
 
+// ScoreRowsPairsKernel: score_rows_impl's passes by vdpbf16ps, one per (row, pair of d) and half of 32 heads.
+// Per chunk of 64 d, the 8 rows' bf16 pairs are gathered first ([8][32] dwords, high word = the even d, as in
+// q_pairs) by one vpermt2w per 32 elements, then each pair broadcasts from there.
+DSFLASH_AVX512_BF16 void score_rows_pairs_avx512(const uint32_t* q_pairs, const float* const* r, int64_t dim,
+                                                 float (*acc)[kScoreHeads]) {
+  constexpr int64_t kChunkPairs = 32;
+  // Word 2p of the result <- element 2p + 1's high word (word 4p + 3 of the 32 elements' 64 words), word 2p + 1 <-
+  // element 2p's (word 4p + 1).
+  alignas(64) static constexpr auto kPick = [] {
+    std::array<uint16_t, 32> pick{};
+    for (int p = 0; p < 16; ++p) {
+      pick[2 * p] = static_cast<uint16_t>(4 * p + 3);
+      pick[2 * p + 1] = static_cast<uint16_t>(4 * p + 1);
+    }
+    return pick;
+  }();
+  const __m512i pick = _mm512_load_si512(kPick.data());
+  __m512 a[kScoreRows][2];
+  for (auto& v : a) v[0] = v[1] = _mm512_setzero_ps();
+  alignas(64) uint32_t pairs[kScoreRows][kChunkPairs];
+  for (int64_t d0 = 0; d0 < dim; d0 += 2 * kChunkPairs) {
+    const int64_t n = std::min(kChunkPairs, (dim - d0) / 2);  // pairs of this chunk
+    for (int i = 0; i < kScoreRows; ++i)
+      for (int64_t p = 0; p < n; p += 16) {
+        // Elements from here on; past the row's end, masked lanes load 0 (never read back). Full vectors take plain
+        // loads (masked ones are slow on AMD).
+        const int64_t left = dim - d0 - 2 * p;
+        auto load = [&](const float* from, int64_t count) DSFLASH_AVX512_BF16 {
+          if (count >= 16) return _mm512_castps_si512(_mm512_loadu_ps(from));
+          return _mm512_castps_si512(
+              _mm512_maskz_loadu_ps(count <= 0 ? __mmask16{0} : static_cast<__mmask16>((1u << count) - 1), from));
+        };
+        const float* from = r[i] + d0 + 2 * p;
+        const __m512i lo = load(from, left), hi = load(from + 16, left - 16);
+        _mm512_store_si512(&pairs[i][p], _mm512_permutex2var_epi16(lo, pick, hi));
+      }
+    const uint32_t* q = q_pairs + (d0 / 2) * kScoreHeads;
+    for (int64_t p = 0; p < n; ++p) {
+      const __m512bh q0 = (__m512bh)_mm512_loadu_si512(q + p * kScoreHeads);
+      const __m512bh q1 = (__m512bh)_mm512_loadu_si512(q + p * kScoreHeads + kHeadLanes);
+#pragma GCC unroll 8
+      for (int i = 0; i < kScoreRows; ++i) {
+        const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[i][p]));
+        a[i][0] = _mm512_dpbf16_ps(a[i][0], q0, x);
+        a[i][1] = _mm512_dpbf16_ps(a[i][1], q1, x);
+      }
+    }
+  }
+  for (int i = 0; i < kScoreRows; ++i) {
+    _mm512_storeu_ps(acc[i], a[i][0]);
+    _mm512_storeu_ps(acc[i] + kHeadLanes, a[i][1]);
+  }
+}
+
 // The group's P·V over dims [d, d + 16 * kVectors) for all 8 heads (heads past lanes run on p = 0, c = 1):
 // 8 x kVectors zmm accumulators, each row chunk loaded once for the 8 heads. `last` masks the final vector's
 // dims at the end of the row (masked lanes load 0 and are not stored); kFull chunks use plain loads and stores
@@ -86,6 +145,72 @@ DSFLASH_AVX512 inline void pv_chunk(const PvBlock& b, int64_t d, __mmask16 last,
       else _mm512_mask_storeu_ps(n + 16 * v, last, updated);
     }
   }
+}
+
+// pv_chunk by vdpbf16ps (PvBlockPairsKernel): per pair of present rows, each vector of 16 dims interleaved by one
+// vpermt2w (dword = the first row's bf16 in the high word, the second's in the low word) and multiplied by the
+// broadcast probability pairs of the 8 heads.
+template <int kVectors, bool kFull>
+DSFLASH_AVX512_BF16 inline void pv_chunk_pairs(const PvBlock& b, int64_t d, __mmask16 last, __m512i pick, float* num,
+                                               int64_t num_stride) {
+  auto load = [&](const float* from, int v) DSFLASH_AVX512_BF16 {
+    return _mm512_castps_si512(kFull || v + 1 < kVectors ? _mm512_loadu_ps(from + 16 * v)
+                                                         : _mm512_maskz_loadu_ps(last, from + 16 * v));
+  };
+  __m512 acc[kGroupHeads * kVectors];  // [head][vector], flat
+#pragma GCC unroll 24
+  for (int i = 0; i < kGroupHeads * kVectors; ++i) acc[i] = _mm512_setzero_ps();
+  for (int j = 0; j < b.present; j += 2) {
+    const float* first = b.rows[j] + d;
+    const float* second = j + 1 < b.present ? b.rows[j + 1] + d : nullptr;
+    __m512bh r[kVectors];
+#pragma GCC unroll 3
+    for (int v = 0; v < kVectors; ++v)
+      r[v] = (__m512bh)_mm512_permutex2var_epi16(load(first, v), pick,
+                                                 second != nullptr ? load(second, v) : _mm512_setzero_si512());
+    const uint32_t* p = b.p_pairs + (j / 2) * kGroupHeads;
+#pragma GCC unroll 8
+    for (int g = 0; g < kGroupHeads; ++g) {
+      const __m512bh pg = (__m512bh)_mm512_set1_epi32(static_cast<int>(p[g]));
+#pragma GCC unroll 3
+      for (int v = 0; v < kVectors; ++v) acc[g * kVectors + v] = _mm512_dpbf16_ps(acc[g * kVectors + v], r[v], pg);
+    }
+  }
+#pragma GCC unroll 8
+  for (int g = 0; g < kGroupHeads; ++g) {
+    const __m512 c = _mm512_set1_ps(b.correction[g]);
+    float* n = num + g * num_stride + d;
+#pragma GCC unroll 3
+    for (int v = 0; v < kVectors; ++v) {
+      const __m512 updated = _mm512_add_ps(_mm512_mul_ps(_mm512_castsi512_ps(load(n, v)), c), acc[g * kVectors + v]);
+      if (kFull || v + 1 < kVectors) _mm512_storeu_ps(n + 16 * v, updated);
+      else _mm512_mask_storeu_ps(n + 16 * v, last, updated);
+    }
+  }
+}
+
+DSFLASH_AVX512_BF16 void pv_block_pairs_avx512(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
+  // Word 2k of a result <- the second row's element k (its high word: word 2k + 1 of the second source), word
+  // 2k + 1 <- the first row's.
+  alignas(64) static constexpr auto kPick = [] {
+    std::array<uint16_t, 32> pick{};
+    for (int k = 0; k < 16; ++k) {
+      pick[2 * k] = static_cast<uint16_t>(32 + 2 * k + 1);
+      pick[2 * k + 1] = static_cast<uint16_t>(2 * k + 1);
+    }
+    return pick;
+  }();
+  const __m512i pick = _mm512_load_si512(kPick.data());
+  constexpr int64_t kChunk = 48;
+  int64_t d = 0;
+  for (; d + kChunk <= dim; d += kChunk) pv_chunk_pairs<3, true>(b, d, 0xffff, pick, num, num_stride);
+  const int64_t rest = dim - d;
+  if (rest == 0) return;
+  const int64_t tail = rest % 16;
+  const __mmask16 last = tail == 0 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << tail) - 1);
+  if (rest > 32) pv_chunk_pairs<3, false>(b, d, last, pick, num, num_stride);
+  else if (rest > 16) pv_chunk_pairs<2, false>(b, d, last, pick, num, num_stride);
+  else pv_chunk_pairs<1, false>(b, d, last, pick, num, num_stride);
 }
 
 // PvBlockKernel: chunks of 48 dims (24 accumulators: three row loads and eight p broadcasts per 24 multiplies),
@@ -132,7 +257,9 @@ FastPaths avx512_paths() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   if (!supported) return {nullptr, nullptr, nullptr};
-  return {score_rows_avx512, pv_block_avx512, bounds_avx512};
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  return {score_rows_avx512, pv_block_avx512, bounds_avx512, bf16 ? score_rows_pairs_avx512 : nullptr,
+          bf16 ? pv_block_pairs_avx512 : nullptr};
 }
 
 }  // namespace dsflash::sparse_attention_impl

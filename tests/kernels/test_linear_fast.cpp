@@ -815,7 +815,9 @@ TEST(LinearFast, TileMajorNanCodesMatchReference) {
         for (int o = 0; o < out; ++o) {
           const size_t i = static_cast<size_t>(r * out + o);
           EXPECT_EQ(std::isnan(got[i]), std::isnan(ref[i])) << where << " at " << r << "," << o;
-          if (o == 37) EXPECT_TRUE(std::isnan(got[i])) << where << " row " << r;
+          if (o == 37) {
+            EXPECT_TRUE(std::isnan(got[i])) << where << " row " << r;
+          }
         }
     }
 }

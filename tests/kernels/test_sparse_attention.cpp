@@ -365,6 +365,11 @@ TEST(SparseAttention, FastTablesFuseOnlyExactProducts) {
   // Scores: -1.5 * 2^127 then 2^128 (overflows when rounded alone).
   cases.push_back({"score overflowing product", {0x1p64f, 0x1p64f}, row_set({{-0x1.8p63f, 0x1p64f}, {0.0f}}), 0x1p-127f});
   ASSERT_NE(std::isinf(-0x1.8p127f + 0x1p64f * 0x1p64f), std::isinf(std::fma(0x1p64f, 0x1p64f, -0x1.8p127f)));
+  // Scores by vdpbf16ps (bf16_dot_exact) only where it keeps the bits: a partial sum 1.5 * 2^-126 - 2^-126 = 2^-127
+  // (subnormal: flushed to 0 there) and a subnormal bf16 input 2^-130 of a normal product 2^-30 (read as 0
+  // there); dim 2 carries a value so that the score reaches the output.
+  cases.push_back({"score partial sum subnormal", {1.0f, 1.0f}, row_set({{0x1.8p-126f, -0x1p-126f, 1.0f}, {0.0f}}), 0x1p126f});
+  cases.push_back({"score input subnormal", {0x1p100f}, row_set({{0x1p-130f, 0.0f, 1.0f}, {0.0f}}), 0x1p29f});
   for (Case& c : cases) {
     c.q.resize(kDim, 0.0f);
     const std::vector<const float*> rows{&c.rows[0], &c.rows[kDim], &c.rows[2 * kDim]};
@@ -424,6 +429,18 @@ TEST(SparseAttention, ValueBoundsOfEveryPath) {
 
 // products_exact: every product of the two sets normal (>= 2^-126) and below 2^127, at both edges; a set with
 // no nonzero value ({inf, 0}) multiplies exactly with anything finite; NaN bounds never.
+TEST(SparseAttention, Bf16DotExactAtItsEdges) {
+  using sparse_attention_impl::bf16_dot_exact;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(bf16_dot_exact({1.0f, 1.0f}, {0x1p-100f, 1.0f}));
+  EXPECT_FALSE(bf16_dot_exact({1.0f, 1.0f}, {0x1.fep-101f, 1.0f}));     // a product below 2^-100
+  EXPECT_FALSE(bf16_dot_exact({0x1p-127f, 1.0f}, {0x1p100f, 0x1p100f}));  // a subnormal input, products normal
+  EXPECT_TRUE(bf16_dot_exact({0x1p-126f, 1.0f}, {0x1p26f, 0x1p26f}));
+  EXPECT_FALSE(bf16_dot_exact({1.0f, 0x1p64f}, {1.0f, 0x1p63f}));       // an overflowing product
+  EXPECT_TRUE(bf16_dot_exact({inf, 0.0f}, {0x1p-120f, 0x1p100f}));      // all zero on one side
+  EXPECT_FALSE(bf16_dot_exact({1.0f, nan}, {1.0f, 1.0f}));
+}
+
 TEST(SparseAttention, ProductsExactAtItsEdges) {
   using sparse_attention_impl::products_exact;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
