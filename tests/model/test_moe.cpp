@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/golden_tensors.h"
@@ -62,6 +64,39 @@ void check_moe(const std::string& model, const std::string& phase, bool referenc
   // few bf16 ulps at most.
   EXPECT_LE(bad_out, elements / 200);
   EXPECT_LT(worst_out, 0.01f);
+}
+
+// The element-wise steps (SwiGLU, the sum into the output) split one token's row over the pool's threads: any
+// pool gives the bits of no pool, for one token (decode) and several (prefill).
+void check_pool_bits(const std::string& model, const std::string& phase) {
+  if (!testing::goldens_present()) GTEST_SKIP() << "goldens not found under " << testing::goldens_dir();
+  auto checkpoint = Checkpoint::open(testing::golden_checkpoint_dir(model));
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
+  auto golden = SafetensorsFile::open(testing::golden_output_path(model, "rand"));
+  ASSERT_TRUE(golden.ok()) << golden.status().message();
+  const std::string l = phase + ".layers.0.";
+  if (golden->find(l + "ffn_in") == nullptr) GTEST_SKIP() << model << " has no " << l << "ffn_in";
+  auto moe = MoeLayer::bind(*checkpoint, "layers.0.ffn", 0);
+  ASSERT_TRUE(moe.ok()) << moe.status().message();
+  const auto x = to_f32(golden->find(l + "ffn_in"));
+  const int64_t tokens = static_cast<int64_t>(x.size()) / checkpoint->config().dim;
+  auto run = [&](ThreadPool* pool) {
+    std::vector<float> out(x.size());
+    moe->forward(x.data(), tokens, ComputeContext::for_backend(best_backend(), pool), out.data());
+    return out;
+  };
+  const std::vector<float> alone = run(nullptr);
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    const std::vector<float> pooled = run(&pool);
+    EXPECT_EQ(std::memcmp(pooled.data(), alone.data(), alone.size() * sizeof(float)), 0)
+        << model << " " << phase << ", " << threads << " threads";
+  }
+}
+
+TEST(MoeGolden, PoolGivesTheBitsOfNoPool) {
+  for (const char* model : {"tiny-a", "tiny-b"})
+    for (const char* phase : {"decode", "prefill"}) check_pool_bits(model, phase);
 }
 
 TEST(MoeGolden, TinyAPrefillReference) { check_moe("tiny-a", "prefill", true); }
