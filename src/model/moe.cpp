@@ -14,19 +14,18 @@ namespace {
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // fn(row, begin, end) over the elements [0, rows * cols) of a row-major [rows, cols] array, in ranges of whole
-// kElementGrain elements on ctx's pool (the pool cuts them into a few chunks per thread), each range cut at row
-// ends (begin, end: flat indices within row `row`). For element-wise work whose rows are few (one in decode, where
-// a routed expert's SwiGLU row of 2304 took ~20 us on one thread of a Zen 5 VM): the threads share a row.
+// `grain` elements on ctx's pool (the pool cuts them into a few chunks per thread), each range cut at row ends
+// (begin, end: flat indices within row `row`). For element-wise work whose rows are few (one in decode): the
+// threads share a row where its work outweighs a dispatch (grain).
 template <class Fn>
-void for_each_element_range(const ComputeContext& ctx, int64_t rows, int64_t cols, const Fn& fn) {
-  constexpr int64_t kElementGrain = 64;
+void for_each_element_range(const ComputeContext& ctx, int64_t rows, int64_t cols, int64_t grain, const Fn& fn) {
   parallel_rows(ctx, rows * cols, [&](int64_t begin, int64_t end) {
     while (begin < end) {
       const int64_t row = begin / cols, row_end = std::min(end, (row + 1) * cols);
       fn(row, begin, row_end);
       begin = row_end;
     }
-  }, kElementGrain);
+  }, grain);
 }
 
 
@@ -194,8 +193,9 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
   }
   // [n, inter]: GEMM outputs are bf16 in the reference, then fp32 SwiGLU with the clamps, weight, bf16.
   // Element-wise, so any split over the pool gives the same bits: ranges of elements, so that one token's row
-  // (decode) is shared by the threads too.
-  for_each_element_range(ctx, n, inter_dim_, [&](int64_t i, int64_t begin, int64_t end) {
+  // (decode) is shared by the threads too. One routed expert's row (2304) took 32 us on one thread in a decode
+  // step of the wide preset on a Zen 5 VM, 19 us split over two (bench_decode with temporary timers).
+  for_each_element_range(ctx, n, inter_dim_, 64, [&](int64_t i, int64_t begin, int64_t end) {
     const float w = weighted ? row_weights[static_cast<size_t>(i)] : 1.0f;
     for (int64_t e = begin; e < end; ++e) {
       float g = round_to_bf16(gate[static_cast<size_t>(e)]);
@@ -220,7 +220,8 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
     ctx.backend->fp8_gemm(h, expert.w2_fp8, out.data(), ctx.pool);
   }
   // Each token appears once among an expert's rows, so the rows' sums into y are independent (element-wise).
-  for_each_element_range(ctx, n, dim_, [&](int64_t i, int64_t begin, int64_t end) {
+  // One row (5120) stays on one thread: ~4 us there, ~8 us split over two (the dispatch outweighs it).
+  for_each_element_range(ctx, n, dim_, 8192, [&](int64_t i, int64_t begin, int64_t end) {
     float* dst = y + rows[static_cast<size_t>(i)] * dim_;
     const float* src = out.data() + i * dim_;
     for (int64_t c = begin - i * dim_; c < end - i * dim_; ++c) dst[c] += round_to_bf16(src[c]);
