@@ -109,6 +109,23 @@ DSFLASH_AVX512_BF16 void score_rows_pairs_avx512(const uint32_t* q_pairs, const 
   }
 }
 
+// The P·V kernels' pass over dims [0, dim): chunks of 48 dims (24 accumulators: three row loads and eight p
+// broadcasts per 24 multiplies), the rest in one chunk of up to 3 vectors with the last one masked:
+// chunk.operator()<kVectors, kFull>(first dim, mask of the last vector).
+template <class Chunk>
+DSFLASH_AVX512 inline void for_each_pv_chunk(int64_t dim, const Chunk& chunk) {
+  constexpr int64_t kChunk = 48;
+  int64_t d = 0;
+  for (; d + kChunk <= dim; d += kChunk) chunk.template operator()<3, true>(d, 0xffff);
+  const int64_t rest = dim - d;
+  if (rest == 0) return;
+  const int64_t tail = rest % 16;
+  const __mmask16 last = tail == 0 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << tail) - 1);
+  if (rest > 32) chunk.template operator()<3, false>(d, last);
+  else if (rest > 16) chunk.template operator()<2, false>(d, last);
+  else chunk.template operator()<1, false>(d, last);
+}
+
 // The group's P·V over dims [d, d + 16 * kVectors) for all 8 heads (heads past lanes run on p = 0, c = 1):
 // 8 x kVectors zmm accumulators, each row chunk loaded once for the 8 heads. `last` masks the final vector's
 // dims at the end of the row (masked lanes load 0 and are not stored); kFull chunks use plain loads and stores
@@ -201,32 +218,16 @@ DSFLASH_AVX512_BF16 void pv_block_pairs_avx512(const PvBlock& b, int64_t dim, fl
     return pick;
   }();
   const __m512i pick = _mm512_load_si512(kPick.data());
-  constexpr int64_t kChunk = 48;
-  int64_t d = 0;
-  for (; d + kChunk <= dim; d += kChunk) pv_chunk_pairs<3, true>(b, d, 0xffff, pick, num, num_stride);
-  const int64_t rest = dim - d;
-  if (rest == 0) return;
-  const int64_t tail = rest % 16;
-  const __mmask16 last = tail == 0 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << tail) - 1);
-  if (rest > 32) pv_chunk_pairs<3, false>(b, d, last, pick, num, num_stride);
-  else if (rest > 16) pv_chunk_pairs<2, false>(b, d, last, pick, num, num_stride);
-  else pv_chunk_pairs<1, false>(b, d, last, pick, num, num_stride);
+  for_each_pv_chunk(dim, [&]<int kVectors, bool kFull>(int64_t d, __mmask16 last) DSFLASH_AVX512_BF16 {
+    pv_chunk_pairs<kVectors, kFull>(b, d, last, pick, num, num_stride);
+  });
 }
 
-// PvBlockKernel: chunks of 48 dims (24 accumulators: three row loads and eight p broadcasts per 24 multiplies),
-// the rest in one chunk of up to 3 vectors with the last one masked.
 template <bool kFused>
 DSFLASH_AVX512 void pv_block_impl(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
-  constexpr int64_t kChunk = 48;
-  int64_t d = 0;
-  for (; d + kChunk <= dim; d += kChunk) pv_chunk<3, true, kFused>(b, d, 0xffff, num, num_stride);
-  const int64_t rest = dim - d;
-  if (rest == 0) return;
-  const int64_t tail = rest % 16;
-  const __mmask16 last = tail == 0 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << tail) - 1);
-  if (rest > 32) pv_chunk<3, false, kFused>(b, d, last, num, num_stride);
-  else if (rest > 16) pv_chunk<2, false, kFused>(b, d, last, num, num_stride);
-  else pv_chunk<1, false, kFused>(b, d, last, num, num_stride);
+  for_each_pv_chunk(dim, [&]<int kVectors, bool kFull>(int64_t d, __mmask16 last) DSFLASH_AVX512 {
+    pv_chunk<kVectors, kFull, kFused>(b, d, last, num, num_stride);
+  });
 }
 
 DSFLASH_AVX512 void pv_block_avx512(const PvBlock& b, int64_t dim, float* num, int64_t num_stride) {
