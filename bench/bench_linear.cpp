@@ -50,6 +50,11 @@ struct LinearShape {
   Format format;
   int64_t out, in;
   bool cached = false;  // one copy, small enough to stay in L2: the kernel's compute ceiling, not a memory figure
+  // kFp8AsBf16 only: out / groups outputs per group from in inputs each (fp8_as_bf16_grouped_gemm, x [rows,
+  // groups * in]); by_group: one fp8_as_bf16_gemm per group instead, on gathered columns, as the model ran wo_a
+  // before its grouped call.
+  int64_t groups = 1;
+  bool by_group = false;
 };
 
 // Real V4.1-Flash projections (hidden 5120, q_lora 1280, 8 output groups x 1024, MoE inter 2304).
@@ -60,7 +65,9 @@ const LinearShape kShapes[] = {
     {"w2_mxfp4", Format::kFp4, 5120, 2304},    // routed expert down
     {"head_bf16", Format::kBf16, 16384, 5120},  // a 16K-row slice of the 129,280-row head
     {"wo_a_bf16", Format::kBf16, 1024, 4096},   // one of the 8 output groups (64 heads x 512 / 8 -> 1024)
-    {"wo_a_fp8", Format::kFp8AsBf16, 1024, 4096},  // the same group from the stored FP8 codes, as the model runs it
+    {"wo_a_fp8", Format::kFp8AsBf16, 1024, 4096},  // the same group from the stored FP8 codes
+    {"wo_a_fp8_grouped", Format::kFp8AsBf16, 8192, 4096, false, 8},  // all 8 groups in one call, as the model runs it
+    {"wo_a_fp8_by_group", Format::kFp8AsBf16, 8192, 4096, false, 8, true},  // the same as 8 calls
     {"head_bf16_fp32x", Format::kBf16Fp32x, 16384, 5120},  // the head slice with fp32 activations
     // 288 KB / 256 KB slices of w2's and wo_b's shapes, read from L2 call after call.
     {"w2_mxfp4_cached", Format::kFp4, 256, 2304, true},
@@ -177,12 +184,15 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
       act_quant_block32(hidden.data(), shape.in, x_codes.data() + r * shape.in, x_scales.data() + r * (shape.in / 32));
     }
   }
-  std::vector<float> x_f32(static_cast<size_t>(rows * shape.in));
-  for (size_t i = 0; i < x_f32.size(); ++i) x_f32[i] = static_cast<float>(static_cast<int>(x_codes[i] % 17) - 8) * 0.125f;
+  std::vector<float> x_f32(static_cast<size_t>(rows * shape.groups * shape.in));
+  for (size_t i = 0; i < x_f32.size(); ++i)  // (the groups' inputs repeat the codes' pattern)
+    x_f32[i] = static_cast<float>(static_cast<int>(x_codes[i % x_codes.size()] % 17) - 8) * 0.125f;
   if (shape.format == Format::kBf16Fp32x)  // not bf16 values: a bit below bf16 precision set in every one
     for (float& v : x_f32) v = v * (1.0f + 0x1p-20f) + 0x1p-20f;
   std::vector<float> y(static_cast<size_t>(rows * shape.out));
   const Fp8Activations x{x_codes.data(), x_scales.data(), rows, shape.in};
+  std::vector<float> group_x(static_cast<size_t>(shape.by_group ? rows * shape.in : 0));  // by_group's gathers
+  std::vector<float> group_y(static_cast<size_t>(shape.by_group ? rows * shape.out / shape.groups : 0));
 
   auto call = [&](const WeightCopy& wc) {
     switch (shape.format) {
@@ -194,12 +204,27 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
         kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major}, y.data(),
                           &pool);
         break;
-      case Format::kFp8AsBf16:
-        kernels->fp8_as_bf16_gemm(x_f32.data(), rows,
-                                  Fp8Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major,
-                                            wc.may_hold_nan},
-                                  y.data(), &pool);
+      case Format::kFp8AsBf16: {
+        const Fp8Weight w8{wc.data.data(), wc.scales, shape.out, shape.in, tile_major, wc.may_hold_nan};
+        if (!shape.by_group) {
+          fp8_as_bf16_grouped_gemm(x_f32.data(), rows, shape.groups, w8, y.data(), *kernels, &pool);
+          break;
+        }
+        const int64_t group_out = shape.out / shape.groups;
+        for (int64_t g = 0; g < shape.groups; ++g) {
+          for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(group_x.data() + r * shape.in, x_f32.data() + (r * shape.groups + g) * shape.in,
+                        static_cast<size_t>(shape.in) * sizeof(float));
+          const Fp8Weight group_w{w8.codes + g * group_out * shape.in,
+                                  w8.scales + (g * group_out / 32) * (shape.in / 32), group_out, shape.in,
+                                  tile_major, wc.may_hold_nan};
+          kernels->fp8_as_bf16_gemm(group_x.data(), rows, group_w, group_y.data(), &pool);
+          for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(y.data() + (r * shape.groups + g) * group_out, group_y.data() + r * group_out,
+                        static_cast<size_t>(group_out) * sizeof(float));
+        }
         break;
+      }
       case Format::kBf16:
       case Format::kBf16Fp32x: {
         const uint16_t* d = reinterpret_cast<const uint16_t*>(wc.data.data());

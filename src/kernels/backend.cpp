@@ -96,6 +96,12 @@ void fused_linear_fp4(const float* x, int64_t rows, const Fp4Weight& w, float* y
   linear_fp4(x, rows, w, y, *kTable(), pool);
 }
 
+template <LinearTable kTable>
+void grouped_fp8_as_bf16(const float* x, int64_t rows, int64_t groups, const Fp8Weight& w, float* y,
+                         ThreadPool* pool) {
+  fp8_as_bf16_grouped_gemm(x, rows, groups, w, y, *kTable(), pool);
+}
+
 // A SIMD table: the linears of `kTable`, every other entry the threaded fast kernel.
 template <LinearTable kTable>
 Backend simd_backend(const char* name) {
@@ -107,6 +113,7 @@ Backend simd_backend(const char* name) {
       .fp4_gemm = linear.fp4_gemm,
       .bf16_gemm = linear.bf16_gemm,
       .fp8_as_bf16_gemm = linear.fp8_as_bf16_gemm,
+      .fp8_as_bf16_grouped_gemm = grouped_fp8_as_bf16<kTable>,
       .fp8_as_bf16_prefers_copy = linear.fp8_as_bf16_prefers_copy,
       .act_quant = act_quant_rows,
       .linear_fp8 = fused_linear_fp8<kTable>,
@@ -175,6 +182,7 @@ const Backend& reference_backend() {
       .fp4_gemm = reference_linear_kernels().fp4_gemm,
       .bf16_gemm = reference_linear_kernels().bf16_gemm,
       .fp8_as_bf16_gemm = reference_linear_kernels().fp8_as_bf16_gemm,
+      .fp8_as_bf16_grouped_gemm = grouped_fp8_as_bf16<reference_linear_table>,
       .fp8_as_bf16_prefers_copy = reference_linear_kernels().fp8_as_bf16_prefers_copy,
       .act_quant = act_quant_rows_single,
       .linear_fp8 = fused_linear_fp8<reference_linear_table>,

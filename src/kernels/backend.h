@@ -41,6 +41,10 @@ struct Backend {
   void (*bf16_gemm)(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
   // The BF16 linear of an FP8 weight's exact bf16 values (wo_a), read from its codes; x fp32 [rows, w.in].
   void (*fp8_as_bf16_gemm)(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool);
+  // Its grouped (block-diagonal) form, wo_a's einsum (kernels/linear.h fp8_as_bf16_grouped_gemm): x fp32
+  // [rows, groups * w.in], y [rows, w.out].
+  void (*fp8_as_bf16_grouped_gemm)(const float* x, int64_t rows, int64_t groups, const Fp8Weight& w, float* y,
+                                   ThreadPool* pool);
   // LinearKernels::fp8_as_bf16_prefers_copy: run such weights from an exact bf16 copy with bf16_gemm instead.
   bool fp8_as_bf16_prefers_copy;
 

@@ -138,6 +138,9 @@ struct LinearKernels {
   // The dense-compute limit of this table's GEMMs, for speed figures (the instruction its many-row GEMMs multiply
   // with).
   PeakOps gemm_peak = PeakOps::kBf16Dot;
+  // This table's own fp8_as_bf16_grouped_gemm (below), or nullptr: one fp8_as_bf16_gemm per group.
+  void (*fp8_as_bf16_grouped_gemm)(const float* x, int64_t rows, int64_t groups, const Fp8Weight& w, float* y,
+                                   ThreadPool* pool) = nullptr;
 };
 
 // Preconditions of every kernel (the kernels trust their arguments; check once when binding weights):
@@ -147,11 +150,22 @@ Status check_fp8_linear(const Fp8Activations& x, const Fp8Weight& w);
 Status check_fp4_linear(const Fp8Activations& x, const Fp4Weight& w);
 Status check_bf16_linear(int64_t x_k, const Bf16Weight& w);
 Status check_fp8_as_bf16_linear(int64_t x_k, const Fp8Weight& w);
+// The grouped form below: x_k == groups * w.in and each group has whole 32-output scale blocks.
+Status check_fp8_as_bf16_grouped_linear(int64_t x_k, int64_t groups, const Fp8Weight& w);
 
 // The scalar oracle (single-threaded even when given a pool).
 const LinearKernels& reference_linear_kernels();
 // The fastest set this CPU runs (AVX-512 / AVX2 / scalar), chosen once.
 const LinearKernels& best_linear_kernels();
+
+// The block-diagonal fp8_as_bf16 linear of wo_a's grouped einsum (model.py): w [groups * out_g, in] holds the
+// groups' weights one after another (out_g = w.out / groups), x [rows, groups * in] their inputs side by side,
+// y [rows, groups * out_g] fp32: group g's outputs at columns g * out_g, from x's columns g * in. Each group's
+// results are those of fp8_as_bf16_gemm on its own columns and rows of w. kernels.fp8_as_bf16_grouped_gemm where
+// the table has one (all groups in one pass over the pool, split like w's load-time copy), else one
+// fp8_as_bf16_gemm per group.
+void fp8_as_bf16_grouped_gemm(const float* x, int64_t rows, int64_t groups, const Fp8Weight& w, float* y,
+                              const LinearKernels& kernels, ThreadPool* pool);
 
 // model.py's linear() for quantised weights, fused: act_quant_block32 (src/formats/quant.h) of each row of
 // x, then the kernel set's fp8_gemm / fp4_gemm. x [rows, w.in] fp32 (bf16-representable activations),

@@ -482,9 +482,12 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
 // hold bf16 values, whose scales are 1.0 (LinearKernels::fp8_as_bf16_gemm).
 struct GemmActivations {
   const Fp8Activations* codes = nullptr;  // or
-  const float* bf16_values = nullptr;     // [rows, k]
+  const float* bf16_values = nullptr;     // [rows, groups * k]: the groups' inputs side by side
   const uint8_t* scales = nullptr;        // [rows, k/32] ue8m0 of the codes
   int64_t rows = 0, k = 0;
+  // bf16 values only: a block-diagonal GEMM (fp8_as_bf16_grouped_gemm), group g's outputs (the weight's g-th
+  // out / groups rows) from its k inputs.
+  int64_t groups = 1;
 };
 
 // Activation scales a kernel may fold into the bf16 activations without changing a bit: a' = a * sa is then exact in
@@ -535,10 +538,16 @@ DSFLASH_AVX512 bool bf16_products_stay_normal(const float* x, int64_t n) {
 struct NaturalActivations {
   const GemmActivations* x;
   bool with_scales;
-  // Rows [r0, r1) as bf16 bits in k order, out [rows, k].
+  // Rows [r0, r1) as bf16 bits in k order, out [rows, k]; grouped bf16 values group by group, out
+  // [groups, rows, k].
   void prepare(uint16_t* out, int64_t r0, int64_t r1) const {
-    if (x->codes != nullptr) prepare_activation_bf16(*x->codes, out, r0, r1, with_scales);
-    else narrow_bf16_rows_avx512(x->bf16_values, x->k, x->k, out, r0, r1);
+    if (x->codes != nullptr) {
+      prepare_activation_bf16(*x->codes, out, r0, r1, with_scales);
+      return;
+    }
+    for (int64_t group = 0; group < x->groups; ++group)
+      narrow_bf16_rows_avx512(x->bf16_values + group * x->k, x->groups * x->k, x->k, x->k,
+                              out + group * x->rows * x->k, r0, r1);
   }
 };
 
@@ -560,20 +569,49 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   g.npairs = (g.kb + 1) / 2;
   g.rows = x.rows;
   g.act_scales = x.scales;
-  g.y = y;
-  const int64_t tiles = (out + kTile - 1) / kTile;
+  ThreadScratch scratch(pool, 0);
+  // Groups (x.groups > 1): each group a GEMM of its own on its rows of the weight (out / groups outputs), its
+  // activations (group-major [groups, rows, in] once prepared) and its outputs, group-major [groups, rows, out_g]
+  // (y itself for one row, else a buffer scattered into y at the end). The tiles of all groups are split over the
+  // pool as one range, as the load-time copy split the whole weight's tiles.
+  const int64_t groups = x.groups, group_out = out / groups;
+  const int64_t group_tiles = (group_out + kTile - 1) / kTile, tiles = groups * group_tiles;
+  const bool scatter_groups = groups > 1 && x.rows > 1;
+  g.out = group_out;
+  g.y = scatter_groups ? scratch.take<float>(static_cast<size_t>(x.rows * out)).data() : y;
+  auto in_group = [&](GemmArgs a, int64_t group) {
+    a.w += group * group_out * (kFp4 ? in / 2 : in);
+    a.w_scales += kFp4 ? group * group_out * g.kb : group * group_out / 32 * g.kb;  // FP8: whole 32-row blocks
+    if (a.act != nullptr) a.act += group * x.rows * in;
+    if (a.act_f32 != nullptr) a.act_f32 += group * x.rows * in;
+    a.y += group * x.rows * group_out;
+    return a;
+  };
+  // fn(args, local_begin, local_end) for the part of tiles [begin, end) in each group.
+  auto for_groups = [&](const GemmArgs& a, int64_t begin, int64_t end, auto fn) {
+    for (int64_t group = begin / group_tiles; group < groups && group * group_tiles < end; ++group)
+      fn(in_group(a, group), std::max<int64_t>(begin - group * group_tiles, 0),
+         std::min(end - group * group_tiles, group_tiles));
+  };
   // The decode paths (few rows, bound by the weight read): one contiguous range per thread, whose tile streams never
   // restart at a chunk boundary. bench_linear rows:1 vs_read, alternated 4x: w1 0.92 -> 0.95, w2 0.94 -> 0.96 against
   // four chunks per thread; FP8 the same.
   auto run_tiles = [&](auto tiles_fn) {
-    auto body = [&](int64_t begin, int64_t end, int) { tiles_fn(g, begin, end); };
+    auto body = [&](int64_t begin, int64_t end, int) { for_groups(g, begin, end, tiles_fn); };
     if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);  // as the load-time copy split them: node-local reads
     else body(0, tiles, 0);
+  };
+  // The group-major outputs into y [rows, groups * out_g].
+  auto scatter = [&] {
+    if (!scatter_groups) return;
+    for (int64_t r = 0; r < x.rows; ++r)
+      for (int64_t group = 0; group < groups; ++group)
+        std::memcpy(y + (r * groups + group) * group_out, g.y + (group * x.rows + r) * group_out,
+                    static_cast<size_t>(group_out) * sizeof(float));
   };
   // The paths on k-order activations. multi_row: the activation scales folded into them where that is exact
   // (bf16 values have none), leaving act_scales of 1.0 (unit_act_scales) and one multiply fewer per block and row
   // in rows_chunk; the decode paths (few rows, bound by the weight read) keep them apart and skip the check.
-  ThreadScratch scratch(pool, 0);
   auto natural_activations = [&](bool multi_row) {
     const ScaleCodeRange act_range =
         multi_row && x.codes != nullptr ? scale_code_range(x.scales, x.rows * g.kb) : ScaleCodeRange{};
@@ -598,7 +636,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   // 2^-107). Asked only where FMAs would run (the check reads every activation).
   auto fma_keeps_bits = [&] {
     return !kAmx && multiply == RowsMultiply::kFp32Fma &&
-           (x.codes != nullptr || bf16_products_stay_normal(x.bf16_values, x.rows * in));
+           (x.codes != nullptr || bf16_products_stay_normal(x.bf16_values, x.rows * groups * in));
   };
   if (!kAmx && tile_major && x.rows <= kTiledDecodeMaxRows) {
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row.
@@ -616,19 +654,21 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
       g.exact_biases = biases.data();
       g.exact_units = units.data();
     }
-    if (fma && x.codes == nullptr) {
+    if (fma && x.codes == nullptr && groups == 1) {
       g.act_f32 = x.bf16_values;  // fp32 rows holding bf16 values: the FMAs' operands as they are
     } else {
-      const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
+      // [groups, rows, in] bf16
+      const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * groups * in));
       natural.prepare(act.data(), 0, x.rows);
       g.act = act.data();
       if (fma) {
-        const std::span<float> act_f32 = scratch.take<float>(static_cast<size_t>(x.rows * in));
-        widen_bf16(act.data(), x.rows * in, act_f32.data());
+        const std::span<float> act_f32 = scratch.take<float>(static_cast<size_t>(x.rows * groups * in));
+        widen_bf16(act.data(), x.rows * groups * in, act_f32.data());
         g.act_f32 = act_f32.data();
       }
     }
     run_tiles([fma](const GemmArgs& a, int64_t begin, int64_t end) { tiled_decode_rows<kFp4>(a, fma, begin, end); });
+    scatter();
     return;
   }
   if (!kAmx && kFp4 && x.rows <= kFp4DecodeMaxRows) {
@@ -662,19 +702,23 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   // widened; fp32 activations holding bf16 values serve as they are).
   const NaturalActivations natural = natural_activations(true);
   const bool fma = fma_keeps_bits();
-  const bool bf16_rows = !fma || x.codes != nullptr;
+  const bool bf16_rows = !fma || x.codes != nullptr || groups > 1;
   const int64_t padding_rows = kAmx ? kAmxPaddingRows : 0;
   std::span<uint16_t> act;
   std::span<float> act_f32;
-  if (bf16_rows) {
-    act = scratch.take<uint16_t>(static_cast<size_t>((x.rows + padding_rows) * in));
-    std::fill(act.begin() + x.rows * in, act.end(), uint16_t{0});
+  if (bf16_rows) {  // [groups, rows, in] and the padding rows past the last group (AMX)
+    act = scratch.take<uint16_t>(static_cast<size_t>((x.rows * groups + padding_rows) * in));
+    std::fill(act.begin() + x.rows * groups * in, act.end(), uint16_t{0});
   }
-  if (fma && bf16_rows) act_f32 = scratch.take<float>(static_cast<size_t>(x.rows * in));
+  if (fma && bf16_rows) act_f32 = scratch.take<float>(static_cast<size_t>(x.rows * groups * in));
   auto prepare = [&](int64_t r0, int64_t r1) {
     if (!bf16_rows) return;
     natural.prepare(act.data(), r0, r1);
-    if (fma) widen_bf16(act.data() + r0 * in, (r1 - r0) * in, act_f32.data() + r0 * in);
+    if (fma)
+      for (int64_t group = 0; group < groups; ++group) {
+        const int64_t first = (group * x.rows + r0) * in;
+        widen_bf16(act.data() + first, (r1 - r0) * in, act_f32.data() + first);
+      }
   };
   if (pool)
     pool->parallel_for(x.rows, [&](int64_t r0, int64_t r1, int) { prepare(r0, r1); });
@@ -683,9 +727,11 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   g.act = act.data();
   if (fma) g.act_f32 = bf16_rows ? act_f32.data() : x.bf16_values;
   // The tiles per pass: on AMX, 8 once the tile loads of the activations outweigh the scratch's cache misses.
-  auto rows_pass = [](const GemmArgs& part, int64_t tile_begin, int64_t tile_end) {
-    if (kAmx && part.rows >= kAmxWideRows) gemm_tiles_rows<kFp4, kAmx, kAmxTilesPerPass>(part, tile_begin, tile_end);
-    else gemm_tiles_rows<kFp4, kAmx>(part, tile_begin, tile_end);
+  auto rows_pass = [&](const GemmArgs& part, int64_t tile_begin, int64_t tile_end) {
+    for_groups(part, tile_begin, tile_end, [](const GemmArgs& a, int64_t begin, int64_t end) {
+      if (kAmx && a.rows >= kAmxWideRows) gemm_tiles_rows<kFp4, kAmx, kAmxTilesPerPass>(a, begin, end);
+      else gemm_tiles_rows<kFp4, kAmx>(a, begin, end);
+    });
   };
   if (pool && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
@@ -695,6 +741,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
       part.advance_rows(r0);
       rows_pass(part, 0, tiles);
     });
+    scatter();
     return;
   }
   // Prefill: row blocks of kPrefillRowBlock, so that one block's activations ([256, k] bf16, 2.5-4 MB at
@@ -707,6 +754,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     if (pool) pool->parallel_for_nodes(tiles, body);
     else body(0, tiles, 0);
   }
+  scatter();
 }
 
 template <RowsMultiply kMultiply>
@@ -734,6 +782,20 @@ void fp8_as_bf16_gemm_avx512(const float* x, int64_t rows, const Fp8Weight& w, f
                         w.tile_major, y, pool, kMultiply);
 }
 
+// All groups in one pass over the pool (run_block_gemm's groups), with fp8_as_bf16_gemm_avx512's bits per group.
+template <RowsMultiply kMultiply>
+void fp8_as_bf16_grouped_gemm_avx512(const float* x, int64_t rows, int64_t groups, const Fp8Weight& w, float* y,
+                                     ThreadPool* pool) {
+  if (rows <= 0) return;
+  if (!bf16_exact_avx512(x, rows * groups * w.in)) {
+    fp8_as_bf16_grouped_gemm(x, rows, groups, w, y, *avx2_kernels(), pool);
+    return;
+  }
+  GemmActivations activations{nullptr, x, nullptr, rows, w.in};
+  activations.groups = groups;
+  run_block_gemm<false>(activations, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool, kMultiply);
+}
+
 void fp8_gemm_amx(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
   run_block_gemm<false, true>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.codes, w.scales, w.out, w.in,
                               w.tile_major, y, pool);
@@ -751,12 +813,24 @@ const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply) {
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                                 __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi") &&
                                 __builtin_cpu_supports("avx512vnni");
-  static const LinearKernels dot{"avx512", {.fp8 = true, .fp4 = true}, fp8_gemm_avx512<RowsMultiply::kBf16Dot>,
-                                 fp4_gemm_avx512<RowsMultiply::kBf16Dot>, bf16_gemm_avx512,
-                                 fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>};
-  static const LinearKernels fma{"avx512fma", {.fp8 = true, .fp4 = true}, fp8_gemm_avx512<RowsMultiply::kFp32Fma>,
-                                 fp4_gemm_avx512<RowsMultiply::kFp32Fma>, bf16_gemm_avx512,
-                                 fp8_as_bf16_gemm_avx512<RowsMultiply::kFp32Fma>, false, PeakOps::kFp32Fma};
+  static const LinearKernels dot{"avx512",
+                                 {.fp8 = true, .fp4 = true},
+                                 fp8_gemm_avx512<RowsMultiply::kBf16Dot>,
+                                 fp4_gemm_avx512<RowsMultiply::kBf16Dot>,
+                                 bf16_gemm_avx512,
+                                 fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>,
+                                 false,
+                                 PeakOps::kBf16Dot,
+                                 fp8_as_bf16_grouped_gemm_avx512<RowsMultiply::kBf16Dot>};
+  static const LinearKernels fma{"avx512fma",
+                                 {.fp8 = true, .fp4 = true},
+                                 fp8_gemm_avx512<RowsMultiply::kFp32Fma>,
+                                 fp4_gemm_avx512<RowsMultiply::kFp32Fma>,
+                                 bf16_gemm_avx512,
+                                 fp8_as_bf16_gemm_avx512<RowsMultiply::kFp32Fma>,
+                                 false,
+                                 PeakOps::kFp32Fma,
+                                 fp8_as_bf16_grouped_gemm_avx512<RowsMultiply::kFp32Fma>};
   if (!supported) return nullptr;
   return multiply == RowsMultiply::kFp32Fma ? &fma : &dot;
 }
@@ -784,8 +858,15 @@ const LinearKernels* avx512_kernels() {
 // The AVX-512 table with the FP8 / MXFP4 block GEMMs on AMX tiles, every row count (see run_block_gemm); the bf16
 // GEMMs are the AVX-512 ones.
 const LinearKernels* amx_kernels() {
-  static const LinearKernels kernels{"amx", {.fp8 = true, .fp4 = true}, fp8_gemm_amx, fp4_gemm_amx, bf16_gemm_avx512,
-                                     fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>, false, PeakOps::kAmxBf16};
+  static const LinearKernels kernels{"amx",
+                                     {.fp8 = true, .fp4 = true},
+                                     fp8_gemm_amx,
+                                     fp4_gemm_amx,
+                                     bf16_gemm_avx512,
+                                     fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>,
+                                     false,
+                                     PeakOps::kAmxBf16,
+                                     fp8_as_bf16_grouped_gemm_avx512<RowsMultiply::kBf16Dot>};
   return avx512_kernels() != nullptr && amx_usable() ? &kernels : nullptr;
 }
 

@@ -57,10 +57,10 @@ DSFLASH_AVX512_BF16 bool bf16_exact_avx512(const float* x, int64_t n) {
   return true;
 }
 
-DSFLASH_AVX512_BF16 void narrow_bf16_rows_avx512(const float* x, int64_t k, int64_t k_pad, uint16_t* out, int64_t r0,
-                                                 int64_t r1) {
+DSFLASH_AVX512_BF16 void narrow_bf16_rows_avx512(const float* x, int64_t x_stride, int64_t k, int64_t k_pad,
+                                                 uint16_t* out, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
-    const float* src = x + r * k;
+    const float* src = x + r * x_stride;
     uint16_t* dst = out + r * k_pad;
     for (int64_t i = 0; i < k_pad; i += 16) {
       const int64_t left = std::clamp<int64_t>(k - i, 0, 16);
@@ -211,9 +211,11 @@ void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* 
   ThreadScratch scratch(pool, 0);
   const std::span<uint16_t> narrow = scratch.take<uint16_t>(static_cast<size_t>(rows * k_pad));  // [rows, k_pad] bf16
   if (pool && rows > 1)
-    pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) { narrow_bf16_rows_avx512(x, w.in, k_pad, narrow.data(), r0, r1); });
+    pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
+      narrow_bf16_rows_avx512(x, w.in, w.in, k_pad, narrow.data(), r0, r1);
+    });
   else
-    narrow_bf16_rows_avx512(x, w.in, k_pad, narrow.data(), 0, rows);
+    narrow_bf16_rows_avx512(x, w.in, w.in, k_pad, narrow.data(), 0, rows);
   // run_bf16_gemm hands out row ranges as x + r0 * w.in; map them back to the narrowed rows.
   const uint16_t* base = narrow.data();
   run_bf16_gemm(x, rows, w, y, pool, [&](const float* xs, int64_t n, const Bf16Weight& wt, float* ys, int64_t g0,

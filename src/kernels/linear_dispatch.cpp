@@ -127,6 +127,16 @@ Status check_fp8_as_bf16_linear(int64_t x_k, const Fp8Weight& w) {
   return check_fp8_weight("fp8-as-bf16 linear", w);
 }
 
+Status check_fp8_as_bf16_grouped_linear(int64_t x_k, int64_t groups, const Fp8Weight& w) {
+  if (groups <= 0 || w.out % groups != 0 || (groups > 1 && (w.out / groups) % 32 != 0))
+    return Status::Error("fp8-as-bf16 grouped linear: weight " + shape_text(w.out, w.in) + " in " +
+                         std::to_string(groups) + " groups: each group must have a multiple of 32 outputs");
+  if (x_k != groups * w.in)
+    return Status::Error("fp8-as-bf16 grouped linear: activation width " + std::to_string(x_k) + " is not " +
+                         std::to_string(groups) + " groups of the weight's " + std::to_string(w.in) + " inputs");
+  return check_fp8_weight("fp8-as-bf16 grouped linear", w);
+}
+
 Status check_fp4_linear(const Fp8Activations& x, const Fp4Weight& w) {
   if (x.k != w.in)
     return Status::Error("fp4 linear: activations " + shape_text(x.rows, x.k) + " do not match weight " +

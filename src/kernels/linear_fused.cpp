@@ -1,4 +1,6 @@
 // Fused activation quantisation + quantised GEMM (model.py linear() for FP8 / MXFP4 weights, §4.9).
+#include <algorithm>
+#include <cstring>
 #include <span>
 
 #include "core/thread_pool.h"
@@ -28,6 +30,34 @@ QuantisedRows quantise_rows(const float* x, int64_t rows, int64_t k, ThreadPool*
 }
 
 }  // namespace
+
+void fp8_as_bf16_grouped_gemm(const float* x, int64_t rows, int64_t groups, const Fp8Weight& w, float* y,
+                              const LinearKernels& kernels, ThreadPool* pool) {
+  if (rows <= 0) return;
+  if (kernels.fp8_as_bf16_grouped_gemm != nullptr) {
+    kernels.fp8_as_bf16_grouped_gemm(x, rows, groups, w, y, pool);
+    return;
+  }
+  if (groups == 1) {
+    kernels.fp8_as_bf16_gemm(x, rows, w, y, pool);
+    return;
+  }
+  // One call per group on its gathered columns: x_g [rows, in], y_g [rows, out_g].
+  const int64_t out_g = w.out / groups, in = w.in;
+  ThreadScratch scratch(pool, 0);
+  const std::span<float> group_x = scratch.take<float>(static_cast<size_t>(rows * in));
+  const std::span<float> group_y = scratch.take<float>(static_cast<size_t>(rows * out_g));
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(group_x.data() + r * in, x + (r * groups + g) * in, static_cast<size_t>(in) * sizeof(float));
+    // Group g's rows of w: whole 16-row tiles in either order and whole 32-row scale blocks (out_g % 32 == 0).
+    const Fp8Weight group_w{w.codes + g * out_g * in, w.scales + (g * out_g / 32) * ((in + 31) / 32), out_g, in,
+                            w.tile_major, w.may_hold_nan};
+    kernels.fp8_as_bf16_gemm(group_x.data(), rows, group_w, group_y.data(), pool);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(y + (r * groups + g) * out_g, group_y.data() + r * out_g, static_cast<size_t>(out_g) * sizeof(float));
+  }
+}
 
 void linear_fp8(const float* x, int64_t rows, const Fp8Weight& w, float* y, const LinearKernels& kernels,
                 ThreadPool* pool) {

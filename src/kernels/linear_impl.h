@@ -46,8 +46,10 @@ void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* 
 // True when every x[i] is a bf16 value that vdpbf16ps takes as it is: low 16 bits zero, not subnormal (vdpbf16ps
 // reads subnormal inputs as zero).
 bool bf16_exact_avx512(const float* x, int64_t n);
-// x rows [r0, r1) (fp32 holding bf16 values) -> their bf16 bits, out [rows, k_pad], zero past k (exact).
-void narrow_bf16_rows_avx512(const float* x, int64_t k, int64_t k_pad, uint16_t* out, int64_t r0, int64_t r1);
+// x rows [r0, r1) (fp32 holding bf16 values, k of them at x + r * x_stride) -> their bf16 bits, out [rows, k_pad],
+// zero past k (exact).
+void narrow_bf16_rows_avx512(const float* x, int64_t x_stride, int64_t k, int64_t k_pad, uint16_t* out, int64_t r0,
+                             int64_t r1);
 
 // Every table this CPU runs, the default first (always ends with the reference).
 std::vector<const LinearKernels*> available_kernels();

@@ -34,14 +34,6 @@ void bf16_linear(const float* x, int64_t rows, const Bf16Weight& w, float* y, co
   if (round_output) round_to_bf16_inplace(y, rows * w.out);
 }
 
-// The same for an FP8 weight the reference dequantises to bf16 first (wo_a): its exact bf16 values, from the codes.
-void fp8_as_bf16_linear(const float* x, int64_t rows, const Fp8Weight& w, float* y, const ComputeContext& ctx,
-                        bool round_output) {
-  ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
-  ctx.backend->fp8_as_bf16_gemm(x, rows, w, y, ctx.pool);
-  if (round_output) round_to_bf16_inplace(y, rows * w.out);
-}
-
 constexpr int64_t kGatherGrain = 16;  // rows per range of a parallel row gather (dequantisation)
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -291,10 +283,8 @@ Result<std::unique_ptr<AttentionLayer>> AttentionLayer::bind(const TensorLookup&
 
   // Each group's wo_a rows are a weight of their own (project_output): they must start on a 32-row scale block
   // and span whole 32-K blocks.
-  if (a->o_lora_ % 32 != 0 || (hd / a->groups_) % 32 != 0)
-    return Status::Error("attention layer " + std::to_string(layer) + ": " + prefix + ".wo_a: groups of " +
-                         std::to_string(a->o_lora_) + " x " + std::to_string(hd / a->groups_) +
-                         " do not fall on the FP8 32x32 scale blocks");
+  if (Status s = check_fp8_as_bf16_grouped_linear(hd, a->groups_, a->wo_a_); !s.ok())
+    return s.with_context("attention layer " + std::to_string(layer) + ": " + prefix + ".wo_a");
   return a;
 }
 
@@ -733,26 +723,27 @@ void AttentionLayer::project_output(float* o, int64_t rows, const float* cos, co
   Arena& frame = (ctx.workspace != nullptr ? *ctx.workspace : private_workspace).frame();
   ArenaScope scope(frame);
   const int64_t group_in = h_n * d / groups_;
-  const std::span<float> group_x = frame.take<float>(static_cast<size_t>(rows * group_in));  // [rows, group_in]
-  const std::span<float> group_y = frame.take<float>(static_cast<size_t>(rows * o_lora_));   // [rows, o_lora]
+  // [rows, groups * o_lora]
   const std::span<float> oa = frame.take<float>(static_cast<size_t>(rows * groups_ * o_lora_));
-  for (int g = 0; g < groups_; ++g) {
-    for (int64_t t = 0; t < rows; ++t) {
-      std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
-                  static_cast<size_t>(group_in) * sizeof(float));
-    }
-    if (!wo_a_bf16_.empty()) {
+  if (wo_a_bf16_.empty()) {
+    // o [rows, groups * group_in] is the groups' inputs side by side; wo_a's groups are its o_lora-row slices.
+    ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
+    ctx.backend->fp8_as_bf16_grouped_gemm(o, rows, groups_, wo_a_, oa.data(), ctx.pool);
+    round_to_bf16_inplace(oa.data(), rows * groups_ * o_lora_);
+  } else {
+    const std::span<float> group_x = frame.take<float>(static_cast<size_t>(rows * group_in));  // [rows, group_in]
+    const std::span<float> group_y = frame.take<float>(static_cast<size_t>(rows * o_lora_));   // [rows, o_lora]
+    for (int g = 0; g < groups_; ++g) {
+      for (int64_t t = 0; t < rows; ++t) {
+        std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
+                    static_cast<size_t>(group_in) * sizeof(float));
+      }
       const Bf16Weight w{wo_a_bf16_.data() + g * o_lora_ * group_in, o_lora_, group_in};
       bf16_linear(group_x.data(), rows, w, group_y.data(), ctx, true);
-    } else {
-      // Group g's rows of wo_a: whole 16-row tiles in either order, whole 32-row scale blocks (o_lora % 32 == 0).
-      const Fp8Weight w{wo_a_.codes + g * o_lora_ * group_in, wo_a_.scales + (g * o_lora_ / 32) * (group_in / 32),
-                        o_lora_, group_in, wo_a_.tile_major};
-      fp8_as_bf16_linear(group_x.data(), rows, w, group_y.data(), ctx, true);
-    }
-    for (int64_t t = 0; t < rows; ++t) {
-      std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)],
-                  &group_y[static_cast<size_t>(t * o_lora_)], static_cast<size_t>(o_lora_) * sizeof(float));
+      for (int64_t t = 0; t < rows; ++t) {
+        std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)],
+                    &group_y[static_cast<size_t>(t * o_lora_)], static_cast<size_t>(o_lora_) * sizeof(float));
+      }
     }
   }
   fp8_linear_bf16(oa.data(), rows, wo_b_, out, ctx);

@@ -221,6 +221,64 @@ TEST(LinearFast, Fp8AsBf16MatchesTheReferenceAndRowsRunAlone) {
   }
 }
 
+// The grouped form (wo_a's einsum) gives, group by group, the bits of the table's own fp8_as_bf16_gemm on that
+// group's columns of x and rows of w, threaded or not, on a simulated 2-node pool too.
+TEST(LinearFast, Fp8AsBf16GroupsGiveEachGroupsOwnGemm) {
+  struct GroupedShape {
+    int64_t rows, groups, group_out, in;
+  };
+  const GroupedShape shapes[] = {{1, 8, 32, 128}, {2, 3, 64, 96},   {4, 2, 32, 1056}, {5, 4, 32, 256},
+                                 {16, 8, 64, 512}, {33, 2, 96, 64}, {300, 3, 32, 128}, {3, 1, 48, 64}};
+  ThreadPool pool(2);
+  ThreadPool two_nodes(3, {}, {0, 1, 1});
+  std::vector<const LinearKernels*> tables = linear_impl::available_kernels();  // the reference last
+  for (const LinearKernels* k : tables) {
+    std::mt19937 rng(43);
+    for (const GroupedShape& s : shapes)
+      for (const bool bf16_x : {true, false}) {
+        const int64_t out = s.groups * s.group_out;
+        const auto x = test::random_floats(rng, s.rows * s.groups * s.in, bf16_x);  // [rows, groups * in]
+        const auto w = test::random_fp8_weight(rng, out, s.in);
+        for (const bool tiled : {false, true}) {
+          auto bytes = w;
+          if (tiled) repack_fp8_tile_major(w.codes.data(), out, s.in, bytes.codes.data());
+          Fp8Weight view = bytes.view();
+          view.tile_major = tiled;
+          ASSERT_TRUE(check_fp8_as_bf16_grouped_linear(s.groups * s.in, s.groups, view).ok());
+          const std::string where = std::string(k->name) + " rows " + std::to_string(s.rows) + " groups " +
+                                    std::to_string(s.groups) + " x " + std::to_string(s.group_out) + " in " +
+                                    std::to_string(s.in) + (tiled ? " tile-major" : "") + (bf16_x ? "" : " fp32 x");
+          // Expected: one call per group on the group's gathered columns and its slice of w.
+          std::vector<float> expected(static_cast<size_t>(s.rows * out), -7.0f);
+          std::vector<float> group_x(static_cast<size_t>(s.rows * s.in));
+          std::vector<float> group_y(static_cast<size_t>(s.rows * s.group_out));
+          for (int64_t g = 0; g < s.groups; ++g) {
+            for (int64_t r = 0; r < s.rows; ++r)
+              std::copy_n(x.data() + (r * s.groups + g) * s.in, s.in, group_x.data() + r * s.in);
+            const Fp8Weight group_w{view.codes + g * s.group_out * s.in,
+                                    view.scales + (g * s.group_out / 32) * (s.in / 32), s.group_out, s.in, tiled};
+            k->fp8_as_bf16_gemm(group_x.data(), s.rows, group_w, group_y.data(), nullptr);
+            for (int64_t r = 0; r < s.rows; ++r)
+              std::copy_n(group_y.data() + r * s.group_out, s.group_out,
+                          expected.data() + (r * s.groups + g) * s.group_out);
+          }
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool, &two_nodes}) {
+            std::vector<float> got(expected.size(), -7.0f);
+            fp8_as_bf16_grouped_gemm(x.data(), s.rows, s.groups, view, got.data(), *k, p);
+            ASSERT_EQ(got, expected) << where << (p ? " threaded, nodes " + std::to_string(p->num_nodes()) : "");
+          }
+        }
+      }
+  }
+  // Groups must be whole 32-row scale blocks, and x must hold every group's inputs.
+  std::mt19937 rng(1);
+  const auto w = test::random_fp8_weight(rng, 96, 64);
+  EXPECT_TRUE(check_fp8_as_bf16_grouped_linear(3 * 64, 3, w.view()).ok());   // 32 outputs each
+  EXPECT_FALSE(check_fp8_as_bf16_grouped_linear(2 * 64, 2, w.view()).ok());  // 48 each
+  EXPECT_FALSE(check_fp8_as_bf16_grouped_linear(64, 3, w.view()).ok());      // one group's inputs
+  EXPECT_FALSE(check_fp8_as_bf16_grouped_linear(0, 0, w.view()).ok());
+}
+
 // As Bf16KeepsSubnormalActivations, for the FP8 weight's bf16 linear: 3 * 2^-133 times 1.0 * 2^100.
 TEST(LinearFast, Fp8AsBf16KeepsSubnormalActivations) {
   const int64_t in = 96, out = 32;
