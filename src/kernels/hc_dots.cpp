@@ -6,11 +6,11 @@
 // runs 8 or 16 of them at once:
 //  - token lanes: a group of 8 (AVX2) / 16 (AVX-512) tokens, x transposed in registers per 8/16 values of i, each
 //    fn value broadcast; up to 8 mixes (8 accumulator vectors) per work item. Prefill and batched decode.
-//  - mix lanes: 8 mixes per __m256, the fn rows transposed in registers per 8 values of i, each x value broadcast;
-//    up to 4 tokens per work item share the transposes. The last few tokens and single-token decode, where token
-//    lanes would be mostly padding.
-// Work items (token group or token pass) x (block of <= 8 mixes) are split over the pool; every item writes its
-// own dots, so any split gives the same bits.
+//  - mix lanes: up to 8 (AVX2, __m256) / 16 (AVX-512) mixes per vector, the fn rows transposed in registers per
+//    8/16 values of i, each x value broadcast; up to 4 tokens per work item share the transposes. The last few
+//    tokens and single-token decode, where token lanes would be mostly padding.
+// Work items (token group or token pass) x (block of mixes) are split over the pool; every item writes its own
+// dots, so any split gives the same bits.
 // GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -168,6 +168,44 @@ DSFLASH_HC_AVX512 void token_lane_item16(const DotItem& it) {
   }
 }
 
+// ---- Mix lanes (AVX-512): lane j of acc[t] is the chain of (token t0 + t, mix m0 + j), up to 16 mixes. One
+// decode token's 24 mixes are then two items of 12, one per thread of a two-thread pool (three items of 8 left one
+// thread with two thirds of the fn rows, which a decode step reads from memory).
+template <int kTokens>
+DSFLASH_HC_AVX512 void mix_lane_item16(const DotItem& it) {
+  __m512 acc[kTokens];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  const float* w = it.fn + it.m0 * it.flat;
+  const float* x = it.streams + it.t0 * it.flat;
+  for (int64_t k0 = 0; k0 < it.flat; k0 += 16) {
+    const int cols = static_cast<int>(std::min<int64_t>(16, it.flat - k0));
+    const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+    __m512 w_cols[16];  // w_cols[c] = fn[m0 .. m0+15][k0 + c]
+    for (int r = 0; r < 16; ++r)
+      w_cols[r] = r >= it.mixes ? _mm512_setzero_ps()
+                  : cols == 16  ? _mm512_loadu_ps(w + r * it.flat + k0)
+                                : _mm512_maskz_loadu_ps(mask, w + r * it.flat + k0);
+    transpose16(w_cols);
+    for (int c = 0; c < cols; ++c)
+      for (int t = 0; t < kTokens; ++t)
+        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_set1_ps(x[t * it.flat + k0 + c]), w_cols[c]));
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc[t]);
+    std::copy_n(lanes, it.mixes, it.dots + (it.t0 + t) * it.mix_count + it.m0);
+  }
+}
+
+void mix_lane_dispatch16(const DotItem& it) {
+  switch (it.tokens) {
+    case 1: return mix_lane_item16<1>(it);
+    case 2: return mix_lane_item16<2>(it);
+    case 3: return mix_lane_item16<3>(it);
+    default: return mix_lane_item16<4>(it);
+  }
+}
+
 // item.mixes (1..kMixBlock) as a compile-time count, so the accumulators stay in registers.
 template <template <int> class Kernel>
 void by_mix_count(const DotItem& it) {
@@ -191,34 +229,40 @@ struct TokenLanes16 {
   static void run(const DotItem& it) { token_lane_item16<kMixes>(it); }
 };
 
-// Splits the dots into items and runs them: full groups of kLanes tokens in token lanes; a last partial group
-// too when it has at least kLanes/2 tokens (padding lanes cost less than the mix-lane transposes there), else its
-// tokens in mix lanes, kMixLaneTokens at a time.
-template <int kLanes, void (*kTokenItem)(const DotItem&)>
+// Splits the dots into items and runs them: full groups of kLanes tokens in token lanes (blocks of up to kMixBlock
+// mixes); a last partial group too when it has at least kLanes/2 tokens (padding lanes cost less than the mix-lane
+// transposes there), else its tokens in mix lanes, kMixLaneTokens at a time, in blocks of up to kMixLanes mixes.
+// Blocks are balanced: 24 mixes -> 3 x 8 token-lane blocks, 2 x 12 in 16 mix lanes.
+template <int kLanes, void (*kTokenItem)(const DotItem&), int kMixLanes, void (*kMixItem)(const DotItem&)>
 void mix_dots_simd(const float* streams, int64_t num_tokens, const float* fn, int mix_count, int64_t flat,
                    float* dots, ThreadPool* pool) {
   if (num_tokens <= 0 || mix_count <= 0) return;
   const int mix_blocks = (mix_count + kMixBlock - 1) / kMixBlock;
-  const int block_size = (mix_count + mix_blocks - 1) / mix_blocks;  // balanced: 24 mixes -> 3 x 8
+  const int block_size = (mix_count + mix_blocks - 1) / mix_blocks;
+  const int lane_blocks = (mix_count + kMixLanes - 1) / kMixLanes;
+  const int lane_block_size = (mix_count + lane_blocks - 1) / lane_blocks;
   const int64_t rest = num_tokens % kLanes;
   const int64_t token_groups = num_tokens / kLanes + (rest >= kLanes / 2 ? 1 : 0);
   const int64_t lane_tokens = std::min(num_tokens, token_groups * kLanes);  // tokens done in token lanes
   const int64_t passes = (num_tokens - lane_tokens + kMixLaneTokens - 1) / kMixLaneTokens;
-  const int64_t items = (token_groups + passes) * mix_blocks;
+  const int64_t token_items = token_groups * mix_blocks;
+  const int64_t items = token_items + passes * lane_blocks;
   auto run = [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t slot = i / mix_blocks;
       DotItem it{streams, fn, dots, flat, mix_count, 0, 0, 0, 0};
-      it.m0 = static_cast<int>(i % mix_blocks) * block_size;
-      it.mixes = std::min(block_size, mix_count - it.m0);
-      if (slot < token_groups) {
-        it.t0 = slot * kLanes;
+      if (i < token_items) {
+        it.m0 = static_cast<int>(i % mix_blocks) * block_size;
+        it.mixes = std::min(block_size, mix_count - it.m0);
+        it.t0 = i / mix_blocks * kLanes;
         it.tokens = static_cast<int>(std::min<int64_t>(kLanes, num_tokens - it.t0));
         kTokenItem(it);
       } else {
-        it.t0 = lane_tokens + (slot - token_groups) * kMixLaneTokens;
+        const int64_t j = i - token_items;
+        it.m0 = static_cast<int>(j % lane_blocks) * lane_block_size;
+        it.mixes = std::min(lane_block_size, mix_count - it.m0);
+        it.t0 = lane_tokens + j / lane_blocks * kMixLaneTokens;
         it.tokens = static_cast<int>(std::min<int64_t>(kMixLaneTokens, num_tokens - it.t0));
-        mix_lane_dispatch(it);
+        kMixItem(it);
       }
     }
   };
@@ -231,11 +275,11 @@ void mix_dots_simd(const float* streams, int64_t num_tokens, const float* fn, in
 
 }  // namespace
 
-HcMixDots hc_mix_dots_avx2() { return mix_dots_simd<8, by_mix_count<TokenLanes8>>; }
+HcMixDots hc_mix_dots_avx2() { return mix_dots_simd<8, by_mix_count<TokenLanes8>, 8, mix_lane_dispatch>; }
 
 HcMixDots hc_mix_dots_avx512() {
   if (!__builtin_cpu_supports("avx512f")) return nullptr;
-  return mix_dots_simd<16, by_mix_count<TokenLanes16>>;
+  return mix_dots_simd<16, by_mix_count<TokenLanes16>, 16, mix_lane_dispatch16>;
 }
 
 }  // namespace dsflash
