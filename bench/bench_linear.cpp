@@ -62,6 +62,7 @@ const LinearShape kShapes[] = {
     {"wq_b_fp8", Format::kFp8, 32768, 1280},   // 64 heads x 512 from q_lora 1280
     {"wo_b_fp8", Format::kFp8, 5120, 8192},    // 8 groups x 1024 -> hidden
     {"w1_mxfp4", Format::kFp4, 2304, 5120},    // routed expert gate/up
+    {"w13_mxfp4", Format::kFp4, 4608, 5120},   // its w1 and w3 paired at load (repack_fp4_pair_tile_major): one call
     {"w2_mxfp4", Format::kFp4, 5120, 2304},    // routed expert down
     {"head_bf16", Format::kBf16, 16384, 5120},  // a 16K-row slice of the 129,280-row head
     {"wo_a_bf16", Format::kBf16, 1024, 4096},   // one of the 8 output groups (64 heads x 512 / 8 -> 1024)

@@ -96,6 +96,14 @@ struct Fp4Weight {
 };
 // Output o's block b as 16 row-major packed bytes (low nibble = even k): into the weight, or `scratch`.
 const uint8_t* fp4_block_packed(const Fp4Weight& w, int64_t o, int64_t b, uint8_t (&scratch)[16]);
+// Two row-major MXFP4 weights of one shape [out, in] that read the same activations (an expert's w1 and w3) -> one
+// tile-major weight of 2 * out outputs whose 16-output tiles alternate: tile 2t is a's tile t, tile 2t + 1 b's
+// (packed [2 * out, in/2], scales [2 * out, in/32] in the tile-major orders above). One GEMM on it gives both
+// weights' outputs, each row [2 * out]: a's output o at column fp4_pair_column(o), b's 16 columns further. Tiles are
+// split over the pool as a GEMM on the pair splits them (node-local reads). Precondition: tile_major_possible.
+void repack_fp4_pair_tile_major(const Fp4Weight& a, const Fp4Weight& b, uint8_t* packed, uint8_t* scales,
+                                ThreadPool* pool = nullptr);
+inline int64_t fp4_pair_column(int64_t o) { return o + o / kTileMajorOutputs * kTileMajorOutputs; }
 
 // BF16 weight [out, in] (also used for "promoted to fp32" weights: bf16 -> fp32 is exact).
 struct Bf16Weight {

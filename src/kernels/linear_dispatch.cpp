@@ -54,32 +54,53 @@ bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
   return nan_codes.load();
 }
 
-void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool) {
+namespace {
+// One tile: 16 row-major rows of packed codes from `rows` -> the tile's tile-major bytes.
+void repack_fp4_tile(const uint8_t* rows, int64_t in, uint8_t* tile) {
   const int64_t row_bytes = in / 2;
-  for_each_tile(out, pool, [&](int64_t t) {
-    uint8_t* tile = tile_major + t * kTileMajorOutputs * row_bytes;
-    for (int64_t i = 0; i < kTileMajorOutputs; ++i) {
-      const uint8_t* row = row_major + (t * kTileMajorOutputs + i) * row_bytes;
-      for (int64_t v = 0; v < in / 8; ++v) {
-        // Bytes 4v..4v+3 hold k = 8v + 2q (low nibble) and 8v + 2q + 1 (high nibble), q = 0..3; word s of lane
-        // i gets the codes of k%2 == s, nibble q = k%8 / 2.
-        uint16_t words[2] = {0, 0};
-        for (int q = 0; q < 4; ++q) {
-          words[0] = static_cast<uint16_t>(words[0] | (row[4 * v + q] & 0xf) << (4 * q));
-          words[1] = static_cast<uint16_t>(words[1] | (row[4 * v + q] >> 4) << (4 * q));
-        }
-        std::memcpy(tile + v * kTileMajorVectorBytes + 4 * i, words, 4);
+  for (int64_t i = 0; i < kTileMajorOutputs; ++i) {
+    const uint8_t* row = rows + i * row_bytes;
+    for (int64_t v = 0; v < in / 8; ++v) {
+      // Bytes 4v..4v+3 hold k = 8v + 2q (low nibble) and 8v + 2q + 1 (high nibble), q = 0..3; word s of lane
+      // i gets the codes of k%2 == s, nibble q = k%8 / 2.
+      uint16_t words[2] = {0, 0};
+      for (int q = 0; q < 4; ++q) {
+        words[0] = static_cast<uint16_t>(words[0] | (row[4 * v + q] & 0xf) << (4 * q));
+        words[1] = static_cast<uint16_t>(words[1] | (row[4 * v + q] >> 4) << (4 * q));
       }
+      std::memcpy(tile + v * kTileMajorVectorBytes + 4 * i, words, 4);
     }
-  });
+  }
+}
+
+// One tile's scales: 16 row-major rows of kb scales from `rows` -> [kb, 16] (fp4_scale_index within the tile).
+void repack_fp4_tile_scales(const uint8_t* rows, int64_t kb, uint8_t* tile) {
+  for (int64_t i = 0; i < kTileMajorOutputs; ++i)
+    for (int64_t b = 0; b < kb; ++b) tile[kTileMajorOutputs * b + i] = rows[i * kb + b];
+}
+
+}  // namespace
+
+void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool) {
+  const int64_t tile_bytes = kTileMajorOutputs * (in / 2);
+  for_each_tile(out, pool, [&](int64_t t) { repack_fp4_tile(row_major + t * tile_bytes, in, tile_major + t * tile_bytes); });
 }
 
 void repack_fp4_scales_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
                                   ThreadPool* pool) {
-  const int64_t kb = in / 32;
+  const int64_t tile_scales = kTileMajorOutputs * (in / 32);
   for_each_tile(out, pool, [&](int64_t t) {
-    for (int64_t o = t * kTileMajorOutputs; o < (t + 1) * kTileMajorOutputs; ++o)
-      for (int64_t b = 0; b < kb; ++b) tile_major[fp4_scale_index(o, b, kb, true)] = row_major[o * kb + b];
+    repack_fp4_tile_scales(row_major + t * tile_scales, in / 32, tile_major + t * tile_scales);
+  });
+}
+
+void repack_fp4_pair_tile_major(const Fp4Weight& a, const Fp4Weight& b, uint8_t* packed, uint8_t* scales,
+                                ThreadPool* pool) {
+  const int64_t tile_bytes = kTileMajorOutputs * (a.in / 2), tile_scales = kTileMajorOutputs * (a.in / 32);
+  for_each_tile(2 * a.out, pool, [&](int64_t t) {
+    const Fp4Weight& from = t % 2 == 0 ? a : b;
+    repack_fp4_tile(from.packed + t / 2 * tile_bytes, a.in, packed + t * tile_bytes);
+    repack_fp4_tile_scales(from.scales + t / 2 * tile_scales, a.in / 32, scales + t * tile_scales);
   });
 }
 

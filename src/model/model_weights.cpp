@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "formats/formats.h"
 #include "model/weight_binding.h"
@@ -138,13 +139,39 @@ Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std:
     sources[bytes].offset = total;
     total += (out * row_bytes + 63) / 64 * 64;
   };
+  // MXFP4 experts' w1 and w3 (same shape, same activations): one paired copy each (repack_fp4_pair_tile_major),
+  // codes then scales, planned under w1's bytes; neither is planned alone below.
+  auto pairable = [](const ExpertWeights& e) {
+    return e.w1_fp4.packed != nullptr && e.w3_fp4.packed != nullptr && !e.w1_fp4.tile_major &&
+           !e.w3_fp4.tile_major && e.w1_fp4.out == e.w3_fp4.out && e.w1_fp4.in == e.w3_fp4.in &&
+           tile_major_possible(e.w1_fp4.out, e.w1_fp4.in);
+  };
+  auto for_each_pair = [&](FunctionRef<void(ExpertWeights&)> fn) {
+    if (!formats.fp4) return;
+    for (BlockWeights& block : blocks)
+      if (block.moe) block.moe->for_each_fp4_expert([&](ExpertWeights& e) {
+          if (pairable(e)) fn(e);
+        });
+  };
+  std::map<const uint8_t*, int64_t> pair_scales;  // w1's bytes -> the pair's scales offset
+  std::set<const uint8_t*> paired;                 // w1's and w3's bytes
+  for_each_pair([&](ExpertWeights& e) {
+    const Fp4Weight& w1 = e.w1_fp4;
+    if (sources.contains(w1.packed)) return;  // an expert bound twice
+    sources[w1.packed].offset = total;
+    total += (2 * w1.out * (w1.in / 2) + 63) / 64 * 64;
+    pair_scales[w1.packed] = total;
+    total += (2 * w1.out * (w1.in / 32) + 63) / 64 * 64;
+    paired.insert(w1.packed);
+    paired.insert(e.w3_fp4.packed);
+  });
   for_each_quantised_linear(
       blocks, extra,
       [&](Fp8Weight& w) {
         if (formats.fp8) plan(w.codes, w.out, w.in, w.in, w.tile_major);
       },
       [&](Fp4Weight& w) {
-        if (!formats.fp4) return;
+        if (!formats.fp4 || paired.contains(w.packed)) return;
         plan(w.packed, w.out, w.in, w.in / 2, w.tile_major);
         if (sources.contains(w.packed)) plan(w.scales, w.out, w.in, w.in / 32, w.tile_major);  // scales move too
       });
@@ -168,6 +195,25 @@ Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std:
     return &source->second;
   };
   int64_t rewritten = 0;
+  for_each_pair([&](ExpertWeights& e) {
+    Fp4Weight& w1 = e.w1_fp4;
+    Fp4Weight& w3 = e.w3_fp4;
+    Source& source = sources.at(w1.packed);
+    uint8_t* packed = buffer.data() + source.offset;
+    uint8_t* scales = buffer.data() + pair_scales.at(w1.packed);
+    if (!source.copied) {
+      repack_fp4_pair_tile_major(w1, w3, packed, scales, pool);
+      for (const Fp4Weight* w : {&w1, &w3}) {
+        checkpoint.release(w->packed, static_cast<size_t>(w->out * (w->in / 2)));
+        checkpoint.release(w->scales, static_cast<size_t>(w->out * (w->in / 32)));
+      }
+      source.copied = true;
+    }
+    e.gate_up_fp4 = Fp4Weight{packed, scales, 2 * w1.out, w1.in, true};
+    w1 = Fp4Weight{nullptr, nullptr, w1.out, w1.in, false};
+    w3 = Fp4Weight{nullptr, nullptr, w3.out, w3.in, false};
+    rewritten += 2;
+  });
   for_each_quantised_linear(
       blocks, extra,
       [&](Fp8Weight& w) {

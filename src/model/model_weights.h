@@ -41,7 +41,9 @@ Result<BlockWeights> bind_block_weights(const Checkpoint& checkpoint, int layer,
 // whose shapes allow it (with their FP4 scales) into tile-major order (kernels/linear.h) in `buffer`, a huge-page
 // allocation of their total size, gives the file pages of the originals back (Checkpoint::release) and points the
 // weights at the copies. The copies run on `pool` (nullptr: this thread), split over NUMA nodes as the kernels read
-// them. Returns how many linears are tile-major now. Used by ModelWeights::to_tile_major and by the DSpark stages.
+// them. An MXFP4 expert's w1 and w3 become one weight, their tiles alternating (ExpertWeights::gate_up_fp4), which
+// one GEMM runs. Returns how many linears are tile-major now. Used by ModelWeights::to_tile_major and by the DSpark
+// stages.
 Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std::vector<Fp8Weight*>& extra,
                                    TileMajorFormats formats, const Checkpoint& checkpoint, ThreadPool* pool,
                                    HugePageBuffer& buffer);

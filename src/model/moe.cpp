@@ -182,36 +182,46 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
                 static_cast<size_t>(blocks));
   }
   const Fp8Activations x{row_codes.data(), row_scales.data(), n, dim_};
-  const std::span<float> gate = frame.take<float>(static_cast<size_t>(n * inter_dim_));  // [n, inter]
-  const std::span<float> up = frame.take<float>(static_cast<size_t>(n * inter_dim_));    // [n, inter]
-  if (ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {
-    ctx.backend->fp4_gemm(x, expert.w1_fp4, gate.data(), ctx.pool);
-    ctx.backend->fp4_gemm(x, expert.w3_fp4, up.data(), ctx.pool);
+  // w1 x and w3 x: [n, inter] each, or [n, 2 * inter] from the paired weight (gate_up_fp4: w1's output c at
+  // fp4_pair_column(c), w3's 16 columns further).
+  const bool paired = expert.gate_up_fp4.packed != nullptr;
+  const std::span<float> gate_up = frame.take<float>(static_cast<size_t>(2 * n * inter_dim_));
+  float* gate = gate_up.data();
+  float* up = paired ? gate + kTileMajorOutputs : gate + n * inter_dim_;
+  if (ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear); paired) {
+    ctx.backend->fp4_gemm(x, expert.gate_up_fp4, gate, ctx.pool);
+  } else if (expert.fp4) {
+    ctx.backend->fp4_gemm(x, expert.w1_fp4, gate, ctx.pool);
+    ctx.backend->fp4_gemm(x, expert.w3_fp4, up, ctx.pool);
   } else {
-    ctx.backend->fp8_gemm(x, expert.w1_fp8, gate.data(), ctx.pool);
-    ctx.backend->fp8_gemm(x, expert.w3_fp8, up.data(), ctx.pool);
+    ctx.backend->fp8_gemm(x, expert.w1_fp8, gate, ctx.pool);
+    ctx.backend->fp8_gemm(x, expert.w3_fp8, up, ctx.pool);
   }
-  // [n, inter]: GEMM outputs are bf16 in the reference, then fp32 SwiGLU with the clamps, weight, bf16.
+  // hidden [n, inter]: GEMM outputs are bf16 in the reference, then fp32 SwiGLU with the clamps, weight, bf16.
   // Element-wise, so any split over the pool gives the same bits: ranges of elements, so that one token's row
   // (decode) is shared by the threads too. One routed expert's row (2304) took 32 us on one thread in a decode
   // step of the wide preset on a Zen 5 VM, 19 us split over two (bench_decode with temporary timers).
+  const std::span<float> hidden = frame.take<float>(static_cast<size_t>(n * inter_dim_));
+  const int64_t gate_up_stride = paired ? 2 * inter_dim_ : inter_dim_;  // row stride of gate and up
   for_each_element_range(ctx, n, inter_dim_, 64, [&](int64_t i, int64_t begin, int64_t end) {
     const float w = weighted ? row_weights[static_cast<size_t>(i)] : 1.0f;
     for (int64_t e = begin; e < end; ++e) {
-      float g = round_to_bf16(gate[static_cast<size_t>(e)]);
-      float u = round_to_bf16(up[static_cast<size_t>(e)]);
+      const int64_t c = e - i * inter_dim_;
+      const int64_t at = i * gate_up_stride + (paired ? fp4_pair_column(c) : c);
+      float g = round_to_bf16(gate[at]);
+      float u = round_to_bf16(up[at]);
       if (swiglu_limit_ > 0.0f) {
         u = std::clamp(u, -swiglu_limit_, swiglu_limit_);
         g = std::min(g, swiglu_limit_);
       }
-      float h = silu(g) * u;
-      if (weighted) h = w * h;
-      gate[static_cast<size_t>(e)] = round_to_bf16(h);
+      float value = silu(g) * u;
+      if (weighted) value = w * value;
+      hidden[static_cast<size_t>(e)] = round_to_bf16(value);
     }
   });
   const std::span<uint8_t> h_codes = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_));        // e4m3
   const std::span<uint8_t> h_scales = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_ / 32));  // ue8m0
-  ctx.backend->act_quant(gate.data(), n, inter_dim_, h_codes.data(), h_scales.data(), ctx.pool);
+  ctx.backend->act_quant(hidden.data(), n, inter_dim_, h_codes.data(), h_scales.data(), ctx.pool);
   const Fp8Activations h{h_codes.data(), h_scales.data(), n, inter_dim_};
   const std::span<float> out = frame.take<float>(static_cast<size_t>(n * dim_));  // [n, dim]
   if (ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {

@@ -25,6 +25,10 @@ struct ExpertWeights {
   bool fp4 = false;
   Fp4Weight w1_fp4, w2_fp4, w3_fp4;
   Fp8Weight w1_fp8, w2_fp8, w3_fp8;
+  // MXFP4 w1 and w3 as one tile-major weight, their tiles alternating (repack_fp4_pair_tile_major), made by the
+  // load-time copy for kernel tables that read MXFP4 tile-major: one GEMM (one activation preparation, one pass over
+  // the pool) gives both. w1_fp4 and w3_fp4 are empty (null bytes) then; gate_up_fp4 is empty otherwise.
+  Fp4Weight gate_up_fp4;
 };
 
 // Gate output for `num_tokens` tokens: k experts each, in descending biased score (the reference's order).
@@ -52,13 +56,21 @@ class MoeLayer {
   void for_each_quantised_linear(FunctionRef<void(Fp8Weight&)> fp8, FunctionRef<void(Fp4Weight&)> fp4) {
     auto visit = [&](ExpertWeights& e) {
       if (e.fp4) {
-        for (Fp4Weight* w : {&e.w1_fp4, &e.w2_fp4, &e.w3_fp4}) fp4(*w);
+        for (Fp4Weight* w : {&e.gate_up_fp4, &e.w1_fp4, &e.w2_fp4, &e.w3_fp4})
+          if (w->packed != nullptr) fp4(*w);
       } else {
         for (Fp8Weight* w : {&e.w1_fp8, &e.w2_fp8, &e.w3_fp8}) fp8(*w);
       }
     };
     for (ExpertWeights& e : experts_) visit(e);
     if (shared_.w1_fp8.codes != nullptr || shared_.w1_fp4.packed != nullptr) visit(shared_);
+  }
+
+  // Every MXFP4 expert (routed, and the shared one where it is MXFP4), for the load-time pairing of w1 and w3.
+  void for_each_fp4_expert(FunctionRef<void(ExpertWeights&)> fn) {
+    for (ExpertWeights& e : experts_)
+      if (e.fp4) fn(e);
+    if (shared_.fp4) fn(shared_);
   }
 
   int num_experts() const { return static_cast<int>(experts_.size()); }

@@ -2,6 +2,7 @@
 // (spec/MODEL.md §4.9), exactly where fp32 is exact, and on the points that pin the official numerics.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -10,6 +11,7 @@
 #include "formats/formats.h"
 #include "formats/quant.h"
 #include "kernels/linear.h"
+#include "kernels/linear_impl.h"
 #include "kernels/linear_tables.h"
 #include "test_linear_util.h"
 
@@ -345,6 +347,54 @@ TEST(TileMajor, RepackPutsEveryCodeAtItsOffset) {
   EXPECT_TRUE(tile_major_possible(out, in));
   EXPECT_FALSE(tile_major_possible(40, in));
   EXPECT_FALSE(tile_major_possible(out, 48));
+}
+
+// An expert's w1 and w3 as one weight (repack_fp4_pair_tile_major): its tiles alternate between the two weights'
+// own tile-major tiles, on the pool or not, and every table's GEMM on it gives each weight's own bits at
+// fp4_pair_column (w1) and 16 columns further (w3).
+TEST(TileMajor, PairAlternatesTheTwoWeightsTiles) {
+  const int64_t out = 48, in = 192, tile_bytes = 16 * in / 2, tile_scales = 16 * in / 32;
+  std::mt19937 rng(8);
+  const test::Fp4WeightData a = test::random_fp4_weight(rng, out, in), b = test::random_fp4_weight(rng, out, in);
+  std::vector<uint8_t> packed(static_cast<size_t>(2 * out * in / 2)), scales(static_cast<size_t>(2 * out * in / 32));
+  repack_fp4_pair_tile_major(a.view(), b.view(), packed.data(), scales.data());
+  ThreadPool pool(3);
+  std::vector<uint8_t> packed_on_pool(packed.size()), scales_on_pool(scales.size());
+  repack_fp4_pair_tile_major(a.view(), b.view(), packed_on_pool.data(), scales_on_pool.data(), &pool);
+  EXPECT_EQ(packed_on_pool, packed);
+  EXPECT_EQ(scales_on_pool, scales);
+  test::Fp4WeightData a_tiled = a, b_tiled = b;
+  for (test::Fp4WeightData* w : {&a_tiled, &b_tiled}) {
+    const test::Fp4WeightData& from = w == &a_tiled ? a : b;
+    repack_fp4_tile_major(from.packed.data(), out, in, w->packed.data());
+    repack_fp4_scales_tile_major(from.scales.data(), out, in, w->scales.data());
+  }
+  for (int64_t t = 0; t < 2 * out / 16; ++t) {
+    const test::Fp4WeightData& from = t % 2 == 0 ? a_tiled : b_tiled;
+    ASSERT_EQ(std::memcmp(packed.data() + t * tile_bytes, from.packed.data() + t / 2 * tile_bytes, tile_bytes), 0) << t;
+    ASSERT_EQ(std::memcmp(scales.data() + t * tile_scales, from.scales.data() + t / 2 * tile_scales, tile_scales), 0)
+        << t;
+  }
+  EXPECT_EQ(fp4_pair_column(0), 0);
+  EXPECT_EQ(fp4_pair_column(17), 33);
+  const Fp4Weight pair{packed.data(), scales.data(), 2 * out, in, true};
+  Fp4Weight a_view = a_tiled.view(), b_view = b_tiled.view();
+  a_view.tile_major = b_view.tile_major = true;
+  for (const LinearKernels* k : linear_impl::available_kernels())
+    for (const int64_t rows : {1, 3, 12}) {
+      const test::Fp8ActData x = test::random_fp8_acts(rng, rows, in);
+      std::vector<float> both(static_cast<size_t>(rows * 2 * out)), ya(static_cast<size_t>(rows * out)), yb(ya.size());
+      k->fp4_gemm(x.view(), pair, both.data(), &pool);
+      k->fp4_gemm(x.view(), a_view, ya.data(), &pool);
+      k->fp4_gemm(x.view(), b_view, yb.data(), &pool);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < out; ++o) {
+          const int64_t at = r * 2 * out + fp4_pair_column(o);
+          ASSERT_EQ(std::bit_cast<uint32_t>(both[at]), std::bit_cast<uint32_t>(ya[r * out + o])) << k->name << " w1 " << o;
+          ASSERT_EQ(std::bit_cast<uint32_t>(both[at + 16]), std::bit_cast<uint32_t>(yb[r * out + o]))
+              << k->name << " w3 " << o;
+        }
+    }
 }
 
 }  // namespace
