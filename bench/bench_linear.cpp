@@ -192,8 +192,8 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
     for (float& v : x_f32) v = v * (1.0f + 0x1p-20f) + 0x1p-20f;
   std::vector<float> y(static_cast<size_t>(rows * shape.out));
   const Fp8Activations x{x_codes.data(), x_scales.data(), rows, shape.in};
-  std::vector<float> group_x(static_cast<size_t>(shape.by_group ? rows * shape.in : 0));  // by_group's gathers
-  std::vector<float> group_y(static_cast<size_t>(shape.by_group ? rows * shape.out / shape.groups : 0));
+  LinearKernels by_group = *kernels;  // one fp8_as_bf16_gemm per group (the fallback of tables without their own)
+  by_group.fp8_as_bf16_grouped_gemm = nullptr;
 
   auto call = [&](const WeightCopy& wc) {
     switch (shape.format) {
@@ -205,27 +205,12 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
         kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major}, y.data(),
                           &pool);
         break;
-      case Format::kFp8AsBf16: {
-        const Fp8Weight w8{wc.data.data(), wc.scales, shape.out, shape.in, tile_major, wc.may_hold_nan};
-        if (!shape.by_group) {
-          fp8_as_bf16_grouped_gemm(x_f32.data(), rows, shape.groups, w8, y.data(), *kernels, &pool);
-          break;
-        }
-        const int64_t group_out = shape.out / shape.groups;
-        for (int64_t g = 0; g < shape.groups; ++g) {
-          for (int64_t r = 0; r < rows; ++r)
-            std::memcpy(group_x.data() + r * shape.in, x_f32.data() + (r * shape.groups + g) * shape.in,
-                        static_cast<size_t>(shape.in) * sizeof(float));
-          const Fp8Weight group_w{w8.codes + g * group_out * shape.in,
-                                  w8.scales + (g * group_out / 32) * (shape.in / 32), group_out, shape.in,
-                                  tile_major, wc.may_hold_nan};
-          kernels->fp8_as_bf16_gemm(group_x.data(), rows, group_w, group_y.data(), &pool);
-          for (int64_t r = 0; r < rows; ++r)
-            std::memcpy(y.data() + (r * shape.groups + g) * group_out, group_y.data() + r * group_out,
-                        static_cast<size_t>(group_out) * sizeof(float));
-        }
+      case Format::kFp8AsBf16:
+        fp8_as_bf16_grouped_gemm(
+            x_f32.data(), rows, shape.groups,
+            Fp8Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major, wc.may_hold_nan}, y.data(),
+            shape.by_group ? by_group : *kernels, &pool);
         break;
-      }
       case Format::kBf16:
       case Format::kBf16Fp32x: {
         const uint16_t* d = reinterpret_cast<const uint16_t*>(wc.data.data());

@@ -83,7 +83,8 @@ void repack_fp4_tile_scales(const uint8_t* rows, int64_t kb, uint8_t* tile) {
 
 void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool) {
   const int64_t tile_bytes = kTileMajorOutputs * (in / 2);
-  for_each_tile(out, pool, [&](int64_t t) { repack_fp4_tile(row_major + t * tile_bytes, in, tile_major + t * tile_bytes); });
+  for_each_tile(out, pool,
+                [&](int64_t t) { repack_fp4_tile(row_major + t * tile_bytes, in, tile_major + t * tile_bytes); });
 }
 
 void repack_fp4_scales_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,

@@ -1,5 +1,5 @@
-// Fused activation quantisation + quantised GEMM (model.py linear() for FP8 / MXFP4 weights, §4.9).
-#include <algorithm>
+// Linears composed from a kernel table's GEMMs: fused activation quantisation + quantised GEMM (model.py linear()
+// for FP8 / MXFP4 weights, §4.9), and the grouped fp8-as-bf16 linear on tables without their own.
 #include <cstring>
 #include <span>
 

@@ -390,7 +390,8 @@ TEST(TileMajor, PairAlternatesTheTwoWeightsTiles) {
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t o = 0; o < out; ++o) {
           const int64_t at = r * 2 * out + fp4_pair_column(o);
-          ASSERT_EQ(std::bit_cast<uint32_t>(both[at]), std::bit_cast<uint32_t>(ya[r * out + o])) << k->name << " w1 " << o;
+          ASSERT_EQ(std::bit_cast<uint32_t>(both[at]), std::bit_cast<uint32_t>(ya[r * out + o]))
+              << k->name << " w1 " << o;
           ASSERT_EQ(std::bit_cast<uint32_t>(both[at + 16]), std::bit_cast<uint32_t>(yb[r * out + o]))
               << k->name << " w3 " << o;
         }
