@@ -66,11 +66,10 @@ class MoeLayer {
     if (shared_.w1_fp8.codes != nullptr || shared_.w1_fp4.packed != nullptr) visit(shared_);
   }
 
-  // Every MXFP4 expert (routed, and the shared one where it is MXFP4), for the load-time pairing of w1 and w3.
+  // Every MXFP4 expert (routed ones; the shared expert is FP8), for the load-time pairing of w1 and w3.
   void for_each_fp4_expert(FunctionRef<void(ExpertWeights&)> fn) {
     for (ExpertWeights& e : experts_)
       if (e.fp4) fn(e);
-    if (shared_.fp4) fn(shared_);
   }
 
   int num_experts() const { return static_cast<int>(experts_.size()); }
