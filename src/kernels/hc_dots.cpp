@@ -82,15 +82,6 @@ void mix_lane_item(const DotItem& it) {
   }
 }
 
-void mix_lane_dispatch(const DotItem& it) {
-  switch (it.tokens) {
-    case 1: return mix_lane_item<1>(it);
-    case 2: return mix_lane_item<2>(it);
-    case 3: return mix_lane_item<3>(it);
-    default: return mix_lane_item<4>(it);
-  }
-}
-
 // ---- Token lanes (AVX2): lane j of acc[m] is the chain of (token t0 + j, mix m0 + m).
 template <int kMixes>
 void token_lane_item8(const DotItem& it) {
@@ -197,15 +188,6 @@ DSFLASH_HC_AVX512 void mix_lane_item16(const DotItem& it) {
   }
 }
 
-void mix_lane_dispatch16(const DotItem& it) {
-  switch (it.tokens) {
-    case 1: return mix_lane_item16<1>(it);
-    case 2: return mix_lane_item16<2>(it);
-    case 3: return mix_lane_item16<3>(it);
-    default: return mix_lane_item16<4>(it);
-  }
-}
-
 // item.mixes (1..kMixBlock) as a compile-time count, so the accumulators stay in registers.
 template <template <int> class Kernel>
 void by_mix_count(const DotItem& it) {
@@ -220,6 +202,24 @@ void by_mix_count(const DotItem& it) {
     default: return Kernel<8>::run(it);
   }
 }
+// item.tokens (1..kMixLaneTokens) as a compile-time count, for the mix-lane items.
+template <template <int> class Kernel>
+void by_token_count(const DotItem& it) {
+  switch (it.tokens) {
+    case 1: return Kernel<1>::run(it);
+    case 2: return Kernel<2>::run(it);
+    case 3: return Kernel<3>::run(it);
+    default: return Kernel<4>::run(it);
+  }
+}
+template <int kTokens>
+struct MixLanes8 {
+  static void run(const DotItem& it) { mix_lane_item<kTokens>(it); }
+};
+template <int kTokens>
+struct MixLanes16 {
+  static void run(const DotItem& it) { mix_lane_item16<kTokens>(it); }
+};
 template <int kMixes>
 struct TokenLanes8 {
   static void run(const DotItem& it) { token_lane_item8<kMixes>(it); }
@@ -275,11 +275,11 @@ void mix_dots_simd(const float* streams, int64_t num_tokens, const float* fn, in
 
 }  // namespace
 
-HcMixDots hc_mix_dots_avx2() { return mix_dots_simd<8, by_mix_count<TokenLanes8>, 8, mix_lane_dispatch>; }
+HcMixDots hc_mix_dots_avx2() { return mix_dots_simd<8, by_mix_count<TokenLanes8>, 8, by_token_count<MixLanes8>>; }
 
 HcMixDots hc_mix_dots_avx512() {
   if (!__builtin_cpu_supports("avx512f")) return nullptr;
-  return mix_dots_simd<16, by_mix_count<TokenLanes16>, 16, mix_lane_dispatch16>;
+  return mix_dots_simd<16, by_mix_count<TokenLanes16>, 16, by_token_count<MixLanes16>>;
 }
 
 }  // namespace dsflash

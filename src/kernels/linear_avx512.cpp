@@ -806,6 +806,20 @@ void fp4_gemm_amx(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadP
                              w.tile_major, y, pool);
 }
 
+// The AVX-512 table multiplying many rows with kMultiply, its GEMMs' limit `peak`.
+template <RowsMultiply kMultiply>
+LinearKernels avx512_table(const char* name, PeakOps peak) {
+  return {name,
+          {.fp8 = true, .fp4 = true},
+          fp8_gemm_avx512<kMultiply>,
+          fp4_gemm_avx512<kMultiply>,
+          bf16_gemm_avx512,
+          fp8_as_bf16_gemm_avx512<kMultiply>,
+          false,
+          peak,
+          fp8_as_bf16_grouped_gemm_avx512<kMultiply>};
+}
+
 }  // namespace
 
 const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply) {
@@ -813,24 +827,8 @@ const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply) {
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                                 __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi") &&
                                 __builtin_cpu_supports("avx512vnni");
-  static const LinearKernels dot{"avx512",
-                                 {.fp8 = true, .fp4 = true},
-                                 fp8_gemm_avx512<RowsMultiply::kBf16Dot>,
-                                 fp4_gemm_avx512<RowsMultiply::kBf16Dot>,
-                                 bf16_gemm_avx512,
-                                 fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>,
-                                 false,
-                                 PeakOps::kBf16Dot,
-                                 fp8_as_bf16_grouped_gemm_avx512<RowsMultiply::kBf16Dot>};
-  static const LinearKernels fma{"avx512fma",
-                                 {.fp8 = true, .fp4 = true},
-                                 fp8_gemm_avx512<RowsMultiply::kFp32Fma>,
-                                 fp4_gemm_avx512<RowsMultiply::kFp32Fma>,
-                                 bf16_gemm_avx512,
-                                 fp8_as_bf16_gemm_avx512<RowsMultiply::kFp32Fma>,
-                                 false,
-                                 PeakOps::kFp32Fma,
-                                 fp8_as_bf16_grouped_gemm_avx512<RowsMultiply::kFp32Fma>};
+  static const LinearKernels dot = avx512_table<RowsMultiply::kBf16Dot>("avx512", PeakOps::kBf16Dot);
+  static const LinearKernels fma = avx512_table<RowsMultiply::kFp32Fma>("avx512fma", PeakOps::kFp32Fma);
   if (!supported) return nullptr;
   return multiply == RowsMultiply::kFp32Fma ? &fma : &dot;
 }
