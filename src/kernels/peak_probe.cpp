@@ -18,19 +18,28 @@
 namespace dsflash {
 namespace {
 
-constexpr int kChains = 12;  // independent accumulators: more than latency x throughput of the dot unit
+// Independent accumulators per probe loop: more than the unit's latency x throughput, or the probe times the
+// latency and reports a peak the kernels beat. On a Zen 5 VM (one thread, register-only loops) vdpbf16ps reached
+// 6.0 G/s with 12 chains and 6.6 G/s with 16 or 24 (latency ~6 cycles at 2 per cycle); the 512-bit FMA 6.5-6.7 with
+// 12 and 6.7 with 16-24. 24 leave room for a longer latency and fit the 32 zmm registers; the AVX2 loop keeps 12
+// (16 ymm registers).
+constexpr int kZmmChains = 24;
+constexpr int kYmmChains = 12;
+constexpr int kAmxStepsPerRound = 12;  // amx_dot_rounds: 4 accumulator tiles x 3 TDPBF16PS per round
 
 using Floats16 = float __attribute__((vector_size(64)));
 using Floats8 = float __attribute__((vector_size(32)));
 
 // Register-only loops: kChains accumulators of V (a GCC vector of floats), each advanced `rounds` times by
 // step(acc); the lane sum of their total feeds a sink, so the compiler keeps every instruction. Inlined into the
-// callers below, whose target attributes (and their steps') pick the instructions.
-template <class V, class Step>
+// callers below, whose target attributes (and their steps') pick the instructions. The inner loop is unrolled so
+// that the accumulators live in registers (a rolled loop keeps them in memory and times store forwarding).
+template <int kChains, class V, class Step>
 __attribute__((always_inline)) inline float chains(int64_t rounds, Step step) {
   V acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = V{};
   for (int64_t r = 0; r < rounds; ++r) {
+#pragma GCC unroll 32
     for (int c = 0; c < kChains; ++c) acc[c] = step(acc[c]);
   }
   V total = acc[0];
@@ -43,21 +52,21 @@ __attribute__((always_inline)) inline float chains(int64_t rounds, Step step) {
 __attribute__((target("avx512f,avx512bf16"))) float bf16_dot_rounds(int64_t rounds) {
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3F80);  // 1.0 bf16
   const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3C00);  // 2^-7: sums stay finite
-  return chains<Floats16>(rounds, [&](Floats16 acc) __attribute__((target("avx512f,avx512bf16"))) {
+  return chains<kZmmChains, Floats16>(rounds, [&](Floats16 acc) __attribute__((target("avx512f,avx512bf16"))) {
     return (Floats16)_mm512_dpbf16_ps((__m512)acc, a, b);
   });
 }
 
 __attribute__((target("avx512f"))) float fma_rounds_avx512(int64_t rounds) {
   const __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1.0f / 128);
-  return chains<Floats16>(rounds, [&](Floats16 acc) __attribute__((target("avx512f"))) {
+  return chains<kZmmChains, Floats16>(rounds, [&](Floats16 acc) __attribute__((target("avx512f"))) {
     return (Floats16)_mm512_fmadd_ps(a, b, (__m512)acc);
   });
 }
 
 __attribute__((target("avx2,fma"))) float fma_rounds(int64_t rounds) {
   const __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(1.0f / 128);
-  return chains<Floats8>(rounds, [&](Floats8 acc) __attribute__((target("avx2,fma"))) {
+  return chains<kYmmChains, Floats8>(rounds, [&](Floats8 acc) __attribute__((target("avx2,fma"))) {
     return (Floats8)_mm256_fmadd_ps(a, b, (__m256)acc);
   });
 }
@@ -180,11 +189,11 @@ ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
 int64_t dot_probe_flops(const std::string& kernel, int64_t iterations) {
   // FLOPs per chain step: a vdpbf16ps (32 products + 32 sums), a 16- or 8-lane FMA, a TDPBF16PS of 16 x 16 outputs
   // x 32 products.
-  const int64_t per_step = kernel == kAmxKernel         ? 2 * 16 * 16 * 32
-                           : kernel == kBf16Kernel      ? 64
-                           : kernel == kFma512Kernel    ? 32
-                                                        : 16;
-  return iterations * kChains * per_step;
+  // Steps per round: the loop's chains (amx_dot_rounds: its TDPBF16PS per round).
+  if (kernel == kAmxKernel) return iterations * kAmxStepsPerRound * (2 * 16 * 16 * 32);
+  if (kernel == kBf16Kernel) return iterations * kZmmChains * 64;
+  if (kernel == kFma512Kernel) return iterations * kZmmChains * 32;
+  return iterations * kYmmChains * 16;
 }
 
 DotPeak measure_dot_peak(ThreadPool* pool, double seconds, PeakOps ops) {

@@ -16,9 +16,9 @@ namespace dsflash {
 namespace {
 
 TEST(PeakProbe, CountsTheFlopsItRuns) {
-  EXPECT_EQ(dot_probe_flops("avx512bf16 vdpbf16ps", 1000), 1000 * 12 * 64);
+  EXPECT_EQ(dot_probe_flops("avx512bf16 vdpbf16ps", 1000), 1000 * 24 * 64);
   EXPECT_EQ(dot_probe_flops("avx2 fp32 fma", 1000), 1000 * 12 * 16);
-  EXPECT_EQ(dot_probe_flops("avx512 fp32 fma", 1000), 1000 * 12 * 32);
+  EXPECT_EQ(dot_probe_flops("avx512 fp32 fma", 1000), 1000 * 24 * 32);
   EXPECT_EQ(dot_probe_flops("amx-bf16 tdpbf16ps", 1000), int64_t{1000} * 12 * 16 * 16 * 32 * 2);
 }
 
