@@ -492,18 +492,40 @@ int run_bench(const BenchOptions& o) {
   if (o.prefix_cache || only_speculative) depths.clear();
   if (!depths.empty()) {
     const int64_t depth = depths.front();
-    // The two limits of a decode step, measured now in this process: the step's roofline is
-    // max(weight bytes touched / read bandwidth, matmul FLOPs / dot peak).
-    const ComputePeak peak = (*engine)->measure_compute_peak();
-    const std::optional<ComputePeak> dot = bf16_dot_peak(peak);
-    const ReadBandwidth read = (*engine)->measure_read_bandwidth();
-    j["read_gbps"] = read.gbps;
-    j["peak_gflops"] = peak.gflops;
-    if (dot) j["bf16_dot_peak_gflops"] = dot->gflops;
+    // The two limits of a decode step, measured in this process: the step's roofline is
+    // max(weight bytes touched / read bandwidth, matmul FLOPs / dot peak). Each batch's run is bracketed by a
+    // measurement right before and right after it, and the higher of each pair counts (so the fraction errs low):
+    // on shared VMs the read bandwidth drifted by tens of percent over the minute the batches take (40-68 GB/s).
+    struct Limits {
+      ComputePeak peak;
+      std::optional<ComputePeak> dot;
+      ReadBandwidth read;
+    };
+    auto measure_limits = [&] {
+      Limits limits;
+      limits.peak = (*engine)->measure_compute_peak();
+      limits.dot = bf16_dot_peak(limits.peak);
+      limits.read = (*engine)->measure_read_bandwidth();
+      return limits;
+    };
+    Limits before = measure_limits();
     for (int64_t batch : o.batches) {
       // One run decoding every repetition's tokens; its pure decode steps split into repetitions of -n steps.
       auto steps = bench.decode_steps(depth, batch, o.decode_tokens * o.repetitions);
       if (!steps.ok()) return fail(steps.error());
+      const Limits after = measure_limits();
+      const ComputePeak peak = before.peak.gflops >= after.peak.gflops ? before.peak : after.peak;
+      std::optional<ComputePeak> dot = before.dot;
+      if (after.dot && (!dot || after.dot->gflops > dot->gflops)) dot = after.dot;
+      const ReadBandwidth read = before.read.gbps >= after.read.gbps ? before.read : after.read;
+      const double read_before = before.read.gbps, read_after = after.read.gbps;
+      const double peak_before = before.peak.gflops, peak_after = after.peak.gflops;
+      before = after;  // the next batch's run starts right after this measurement
+      if (batch == o.batches.front()) {
+        j["read_gbps"] = read.gbps;
+        j["peak_gflops"] = peak.gflops;
+        if (dot) j["bf16_dot_peak_gflops"] = dot->gflops;
+      }
       std::vector<double> tps;
       for (int r = 0; r < o.repetitions; ++r) {
         const size_t from = static_cast<size_t>(r * o.decode_tokens);
@@ -537,12 +559,14 @@ int run_bench(const BenchOptions& o) {
       const double bytes_s = bytes / (read.gbps * 1e9), flops_s = flops / (peak.gflops * 1e9);
       const double roofline_s = std::max(bytes_s, flops_s);
       const double fraction = roofline_s / step_s;
-      char text[400];
+      char text[480];
       std::snprintf(text, sizeof(text),
-                    "%.3f (step %.1f ms; roofline %.1f ms = max(%.2f GB / %.1f GB/s, %.1f GFLOP / %.1f GFLOP/s); "
+                    "%.3f (step %.1f ms; roofline %.1f ms = max(%.2f GB / %.1f GB/s, %.1f GFLOP / %.1f GFLOP/s), "
+                    "the higher of the probes before / after: %.1f / %.1f GB/s, %.0f / %.0f GFLOP/s; "
                     "by phase: linear %.1f, attention %.1f, indexer %.1f, other %.1f)",
                     fraction, step_s * 1e3, roofline_s * 1e3, bytes * 1e-9, read.gbps, flops * 1e-9, peak.gflops,
-                    phase_ms[1], phase_ms[3], phase_ms[2], phase_ms[0]);
+                    read_before, read_after, peak_before, peak_after, phase_ms[1], phase_ms[3], phase_ms[2],
+                    phase_ms[0]);
       std::string row_text = text;
       if (dot) {
         const double dot_roofline_s = std::max(bytes_s, flops / (dot->gflops * 1e9));
@@ -554,6 +578,8 @@ int run_bench(const BenchOptions& o) {
       }
       rows.push_back({"tg b" + std::to_string(batch) + " / roofline", row_text});
       j["decode"][std::to_string(depth)][std::to_string(batch)]["roofline_fraction"] = fraction;
+      j["decode"][std::to_string(depth)][std::to_string(batch)]["read_gbps_before_after"] = {read_before, read_after};
+      j["decode"][std::to_string(depth)][std::to_string(batch)]["peak_gflops_before_after"] = {peak_before, peak_after};
       j["decode"][std::to_string(depth)][std::to_string(batch)]["step_ms"] = step_s * 1e3;
       j["decode"][std::to_string(depth)][std::to_string(batch)]["weight_bytes"] = bytes;
       j["decode"][std::to_string(depth)][std::to_string(batch)]["flops"] = flops;

@@ -3,6 +3,7 @@
 // the prefill peak fraction, the step by depth).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -54,6 +55,19 @@ TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
     SCOPED_TRACE(std::string("batch ") + batch);
     const nlohmann::json& d = j.at("decode").at("256").at(batch);
     EXPECT_GT(d.at("roofline_fraction").get<double>(), 0.0);
+    // The roofline takes the higher of the probes run right before and right after the batch (the fraction errs
+    // low where the machine's limits drift).
+    const nlohmann::json& reads = d.at("read_gbps_before_after");
+    const nlohmann::json& peaks = d.at("peak_gflops_before_after");
+    ASSERT_EQ(reads.size(), 2u);
+    ASSERT_EQ(peaks.size(), 2u);
+    const double read = std::max(reads[0].get<double>(), reads[1].get<double>());
+    const double peak = std::max(peaks[0].get<double>(), peaks[1].get<double>());
+    EXPECT_GT(std::min(reads[0].get<double>(), reads[1].get<double>()), 0.0);
+    const double roofline_ms = 1e3 * std::max(d.at("weight_bytes").get<double>() / (read * 1e9),
+                                              d.at("flops").get<double>() / (peak * 1e9));
+    EXPECT_NEAR(d.at("roofline_fraction").get<double>(), roofline_ms / d.at("step_ms").get<double>(),
+                1e-9 * d.at("roofline_fraction").get<double>());
     EXPECT_EQ(j.at(std::string("decode_roofline_fraction_batch") + batch).get<double>(),
               d.at("roofline_fraction").get<double>());
     EXPECT_EQ(d.contains("bf16_dot_roofline_fraction"), other_instruction);
