@@ -35,6 +35,15 @@ TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
   const nlohmann::json j = nlohmann::json::parse(bench.out);
 
   EXPECT_GT(j.at("prefill_peak_fraction").get<double>(), 0.0);
+  {
+    // The prefill peak is the higher of the probes right before and right after the prompt's runs.
+    const nlohmann::json& p = j.at("prefill").at("16");
+    const nlohmann::json& peaks = p.at("peak_gflops_before_after");
+    ASSERT_EQ(peaks.size(), 2u);
+    EXPECT_EQ(p.at("peak_gflops").get<double>(), std::max(peaks[0].get<double>(), peaks[1].get<double>()));
+    EXPECT_NEAR(p.at("peak_fraction").get<double>(),
+                p.at("achieved_gflops").get<double>() / p.at("peak_gflops").get<double>(), 1e-9);
+  }
   EXPECT_GT(j.at("read_gbps").get<double>(), 0.0);
   EXPECT_GT(j.at("peak_gflops").get<double>(), 0.0);
   EXPECT_GT(j.at("decode_step_ms_by_depth").at("256").get<double>(), 0.0);
