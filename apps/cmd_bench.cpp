@@ -59,6 +59,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_checks.h"
@@ -228,6 +229,15 @@ double total_seconds(const std::vector<StepRecord>& steps, size_t from, size_t c
   double t = 0;
   for (size_t i = from; i < from + count && i < steps.size(); ++i) t += steps[i].seconds;
   return t;
+}
+
+// A machine limit is probed right before and right after each measured run; the higher of the two counts, so the
+// fraction against it errs low (on shared VMs the read bandwidth drifted by tens of percent within a minute).
+const ComputePeak& higher(const ComputePeak& a, const ComputePeak& b) { return a.gflops >= b.gflops ? a : b; }
+const ReadBandwidth& higher(const ReadBandwidth& a, const ReadBandwidth& b) { return a.gbps >= b.gbps ? a : b; }
+std::optional<ComputePeak> higher(const std::optional<ComputePeak>& a, const std::optional<ComputePeak>& b) {
+  if (!a || !b) return a ? a : b;
+  return higher(*a, *b);
 }
 
 std::string fmt(const Sample& s, int precision = 2) {
@@ -422,8 +432,7 @@ int run_bench(const BenchOptions& o) {
     const std::vector<int32_t> prompt = random_prompt(n, info.vocab_size, static_cast<uint32_t>(n));
     std::vector<double> tps_default, tps_exact, ratio;
     double phase_s[4] = {};  // default plan, summed over repetitions: other, linear, indexer, attention
-    // The dot-product peak right before and right after this prompt's runs; the higher counts (see the decode
-    // rooflines below).
+    // The dot-product peak right before and right after this prompt's runs (higher).
     const ComputePeak peak_before = (*engine)->measure_compute_peak();
     double default_s = 0;
     for (int r = 0; r < o.repetitions; ++r) {
@@ -451,7 +460,7 @@ int run_bench(const BenchOptions& o) {
     // plan from the activated parameters (2 per weight element: every prompt token through the encoder path, the
     // window tail through the rest of the decoder and the head; attention and indexer arithmetic not counted).
     const ComputePeak peak_after = (*engine)->measure_compute_peak();
-    const ComputePeak peak = peak_before.gflops >= peak_after.gflops ? peak_before : peak_after;
+    const ComputePeak& peak = higher(peak_before, peak_after);
     const std::optional<ComputePeak> dot = bf16_dot_peak(peak);
     const double tail = static_cast<double>(std::min(n, info.window_size));
     const double flops = 2.0 * static_cast<double>(info.activated_params_prefill) * static_cast<double>(n) +
@@ -499,9 +508,8 @@ int run_bench(const BenchOptions& o) {
   if (!depths.empty()) {
     const int64_t depth = depths.front();
     // The two limits of a decode step, measured in this process: the step's roofline is
-    // max(weight bytes touched / read bandwidth, matmul FLOPs / dot peak). Each batch's run is bracketed by a
-    // measurement right before and right after it, and the higher of each pair counts (so the fraction errs low):
-    // on shared VMs the read bandwidth drifted by tens of percent over the minute the batches take (40-68 GB/s).
+    // max(weight bytes touched / read bandwidth, matmul FLOPs / dot peak), each the higher of the probes right
+    // before and right after the batch's run.
     struct Limits {
       ComputePeak peak;
       std::optional<ComputePeak> dot;
@@ -519,14 +527,12 @@ int run_bench(const BenchOptions& o) {
       // One run decoding every repetition's tokens; its pure decode steps split into repetitions of -n steps.
       auto steps = bench.decode_steps(depth, batch, o.decode_tokens * o.repetitions);
       if (!steps.ok()) return fail(steps.error());
-      const Limits after = measure_limits();
-      const ComputePeak peak = before.peak.gflops >= after.peak.gflops ? before.peak : after.peak;
-      std::optional<ComputePeak> dot = before.dot;
-      if (after.dot && (!dot || after.dot->gflops > dot->gflops)) dot = after.dot;
-      const ReadBandwidth read = before.read.gbps >= after.read.gbps ? before.read : after.read;
-      const double read_before = before.read.gbps, read_after = after.read.gbps;
-      const double peak_before = before.peak.gflops, peak_after = after.peak.gflops;
-      before = after;  // the next batch's run starts right after this measurement
+      // `before` becomes the next batch's: its run starts right after this probe.
+      const Limits probe_before = std::exchange(before, measure_limits());
+      const Limits& probe_after = before;
+      const ComputePeak& peak = higher(probe_before.peak, probe_after.peak);
+      const std::optional<ComputePeak> dot = higher(probe_before.dot, probe_after.dot);
+      const ReadBandwidth& read = higher(probe_before.read, probe_after.read);
       if (batch == o.batches.front()) {
         j["read_gbps"] = read.gbps;
         j["peak_gflops"] = peak.gflops;
@@ -571,8 +577,8 @@ int run_bench(const BenchOptions& o) {
                     "the higher of the probes before / after: %.1f / %.1f GB/s, %.0f / %.0f GFLOP/s; "
                     "by phase: linear %.1f, attention %.1f, indexer %.1f, other %.1f)",
                     fraction, step_s * 1e3, roofline_s * 1e3, bytes * 1e-9, read.gbps, flops * 1e-9, peak.gflops,
-                    read_before, read_after, peak_before, peak_after, phase_ms[1], phase_ms[3], phase_ms[2],
-                    phase_ms[0]);
+                    probe_before.read.gbps, probe_after.read.gbps, probe_before.peak.gflops, probe_after.peak.gflops,
+                    phase_ms[1], phase_ms[3], phase_ms[2], phase_ms[0]);
       std::string row_text = text;
       if (dot) {
         const double dot_roofline_s = std::max(bytes_s, flops / (dot->gflops * 1e9));
@@ -584,8 +590,10 @@ int run_bench(const BenchOptions& o) {
       }
       rows.push_back({"tg b" + std::to_string(batch) + " / roofline", row_text});
       j["decode"][std::to_string(depth)][std::to_string(batch)]["roofline_fraction"] = fraction;
-      j["decode"][std::to_string(depth)][std::to_string(batch)]["read_gbps_before_after"] = {read_before, read_after};
-      j["decode"][std::to_string(depth)][std::to_string(batch)]["peak_gflops_before_after"] = {peak_before, peak_after};
+      j["decode"][std::to_string(depth)][std::to_string(batch)]["read_gbps_before_after"] = {
+          probe_before.read.gbps, probe_after.read.gbps};
+      j["decode"][std::to_string(depth)][std::to_string(batch)]["peak_gflops_before_after"] = {
+          probe_before.peak.gflops, probe_after.peak.gflops};
       j["decode"][std::to_string(depth)][std::to_string(batch)]["step_ms"] = step_s * 1e3;
       j["decode"][std::to_string(depth)][std::to_string(batch)]["weight_bytes"] = bytes;
       j["decode"][std::to_string(depth)][std::to_string(batch)]["flops"] = flops;
