@@ -174,19 +174,20 @@ class Bench {
   Expected<std::vector<StepRecord>> decode_steps(int64_t depth, int64_t batch, int64_t steps) {
     if (depth < 1) return bench_error("decode depth " + std::to_string(depth) + " must be >= 1");
     (void)engine_.take_step_records();
-    std::vector<RequestHandle> handles;
-    for (int64_t b = 0; b < batch; ++b) {
-      GenerationRequest request;
+    std::vector<GenerationRequest> requests(static_cast<size_t>(batch));
+    for (size_t b = 0; b < requests.size(); ++b) {
+      GenerationRequest& request = requests[b];
       request.prompt_ids = random_prompt(1, engine_.info().vocab_size, static_cast<uint32_t>(7 + b));
       request.bench_synthetic_context = std::max<int64_t>(0, depth - steps - 3);
       request.max_tokens = steps + 2;
       request.stop_at_eos = false;
       request.detokenize = false;
-      auto handle = engine_.submit(std::move(request));
-      if (!handle.ok()) return handle.error();
-      handles.push_back(*handle);
     }
-    for (RequestHandle& handle : handles) {
+    // Queued at once, so every step after the shared prefill decodes the whole batch (submitted one by one, the
+    // loop could start the first requests' decode before the last arrived, leaving no step of the full batch).
+    auto handles = engine_.submit_together(std::move(requests));
+    if (!handles.ok()) return handles.error();
+    for (RequestHandle& handle : *handles) {
       while (auto event = handle.next()) {
         if (event->kind == EventKind::kFinished && event->error) return *event->error;
       }
@@ -196,6 +197,11 @@ class Bench {
       if (step.prefill_tokens == 0 && step.decode_batch == batch) decode.push_back(step);
     }
     if (!decode.empty()) decode.erase(decode.begin());  // warm-up
+    if (static_cast<int64_t>(decode.size()) < steps) {
+      return bench_error("only " + std::to_string(decode.size()) + " of " + std::to_string(steps) +
+                         " measured decode steps ran the whole batch of " + std::to_string(batch) +
+                         " (the KV budget did not hold the batch at depth " + std::to_string(depth) + "?)");
+    }
     return decode;
   }
 
@@ -540,9 +546,8 @@ int run_bench(const BenchOptions& o) {
       }
       std::vector<double> tps;
       for (int r = 0; r < o.repetitions; ++r) {
-        const size_t from = static_cast<size_t>(r * o.decode_tokens);
-        if (from >= steps->size()) break;
-        const size_t count = std::min(static_cast<size_t>(o.decode_tokens), steps->size() - from);
+        // decode_steps returned every repetition's -n steps.
+        const size_t from = static_cast<size_t>(r * o.decode_tokens), count = static_cast<size_t>(o.decode_tokens);
         tps.push_back(static_cast<double>(batch) * static_cast<double>(count) / total_seconds(*steps, from, count));
       }
       const Sample d = summarize(tps);
@@ -554,7 +559,6 @@ int run_bench(const BenchOptions& o) {
       // Roofline of these steps: bytes = the dense weights once + every distinct routed expert the step ran once
       // (counted by the MoE layers, StepRecord::routed_expert_bytes); FLOPs = 2 x batch x activated decode
       // parameters (matmuls only). Fraction = roofline time / measured step time.
-      if (steps->empty()) continue;
       double routed = 0, step_s = 0;
       double phase_ms[4] = {};  // mean ms per step: other, linear, indexer, attention (StepRecord::phase_ns)
       for (const StepRecord& s : *steps) {
@@ -705,14 +709,15 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-m,--model", options->model_dir, "checkpoint directory")->required();
   cmd->add_option("-p,--prompt", options->prompt_lengths, "prompt lengths (tokens), comma separated")
       ->delimiter(',');
-  cmd->add_option("-n,--decode", options->decode_tokens, "decode steps per measurement");
+  cmd->add_option("-n,--decode", options->decode_tokens, "decode steps per measurement")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--batch", options->batches, "decode batch sizes, comma separated")->delimiter(',');
   cmd->add_option("--depth", options->depths,
                   "decode depths over a synthetic context (valid random KV, nothing prefilled), comma separated; "
                   "the smallest also runs the tg rows")
       ->delimiter(',');
   cmd->add_option("--chunk", options->chunk, "prefill chunk (tokens)");
-  cmd->add_option("-r,--repetitions", options->repetitions, "repetitions per figure");
+  cmd->add_option("-r,--repetitions", options->repetitions, "repetitions per figure")->check(CLI::Range(1, 1000));
   cmd->add_option("-t,--threads", options->threads, "worker threads (0: one per hardware thread)");
   add_backend_option(cmd, &options->backend);
   cmd->add_flag("--pin-threads", options->pin_threads, "pin each worker thread to one CPU, spread over the NUMA nodes");

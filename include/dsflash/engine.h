@@ -276,6 +276,10 @@ class Engine {
 
   // Validates and queues a request. Errors: kInvalidRequest, kContextTooLong, kOverloaded.
   Expected<RequestHandle> submit(GenerationRequest request);
+  // Validates every request, then queues all of them at once or none (the first error): the loop takes them at the
+  // same step boundary, so they are admitted together (as far as the KV budget allows) and decode as one batch from
+  // their first step, what a batch benchmark measures. Handles in request order.
+  Expected<std::vector<RequestHandle>> submit_together(std::vector<GenerationRequest> requests);
   // Cancels a request (kFinished kCancelled at the next step boundary); no-op if unknown or finished.
   void cancel(RequestId id);
   // submit + drain: everything the request produced; a request that ends in kError gives its error.

@@ -318,33 +318,49 @@ Expected<engine::Request> Engine::Impl::validate(const GenerationRequest& reques
 }
 
 Expected<RequestHandle> Engine::submit(GenerationRequest request) {
-  std::vector<int32_t> stop_ids;
-  auto validated = impl_->validate(request, &stop_ids);
-  if (!validated.ok()) return validated.error();
-  Impl::Submitted submitted;
-  submitted.request = std::move(*validated);
-  submitted.channel = std::make_shared<detail::EventChannel>();
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  auto handles = submit_together(std::move(one));
+  if (!handles.ok()) return handles.error();
+  return std::move(handles->front());
+}
+
+Expected<std::vector<RequestHandle>> Engine::submit_together(std::vector<GenerationRequest> requests) {
+  // Everything is validated before anything is queued; the outputs take their ids under the lock.
+  std::vector<Impl::Submitted> batch(requests.size());
+  std::vector<std::vector<int32_t>> stop_ids(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto validated = impl_->validate(requests[i], &stop_ids[i]);
+    if (!validated.ok()) return validated.error();
+    batch[i].request = std::move(*validated);
+    batch[i].channel = std::make_shared<detail::EventChannel>();
+  }
   const Tokenizer* tokenizer = impl_->tokenizer ? &*impl_->tokenizer : nullptr;
-  const int64_t prompt_tokens = static_cast<int64_t>(submitted.request.prompt.size());
-  RequestId id = -1;
+  std::vector<RequestHandle> handles;
+  handles.reserve(batch.size());
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (impl_->stopping) return EngineError{ErrorCode::kOverloaded, "the engine is shutting down"};
-    if (impl_->in_flight >= impl_->options.max_requests) {
-      return EngineError{ErrorCode::kOverloaded, std::to_string(impl_->in_flight) +
-                                                     " requests in flight, the most this engine takes (" +
-                                                     std::to_string(impl_->options.max_requests) + ")"};
+    const int64_t count = static_cast<int64_t>(batch.size());
+    if (impl_->in_flight + count > impl_->options.max_requests) {
+      return EngineError{ErrorCode::kOverloaded,
+                         std::to_string(impl_->in_flight) + " requests in flight and " + std::to_string(count) +
+                             " more submitted, above the most this engine takes (" +
+                             std::to_string(impl_->options.max_requests) + ")"};
     }
-    id = impl_->next_id++;
-    ++impl_->in_flight;
-    submitted.id = id;
-    submitted.output =
-        std::make_unique<engine::RequestOutput>(id, tokenizer, request, prompt_tokens, std::move(stop_ids));
-    RequestHandle handle(id, submitted.channel);
-    impl_->inbox.push_back(std::move(submitted));
-    impl_->wake.notify_all();
-    return handle;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Impl::Submitted& submitted = batch[i];
+      submitted.id = impl_->next_id++;
+      const int64_t prompt_tokens = static_cast<int64_t>(submitted.request.prompt.size());
+      submitted.output = std::make_unique<engine::RequestOutput>(submitted.id, tokenizer, requests[i], prompt_tokens,
+                                                                 std::move(stop_ids[i]));
+      handles.emplace_back(submitted.id, submitted.channel);
+      impl_->inbox.push_back(std::move(submitted));
+    }
+    impl_->in_flight += count;
   }
+  impl_->wake.notify_all();
+  return handles;
 }
 
 void Engine::cancel(RequestId id) {

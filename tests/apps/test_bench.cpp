@@ -99,4 +99,14 @@ TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
   }
 }
 
+TEST(BenchCli, RejectsZeroDecodeStepsOrRepetitionsBeforeLoading) {
+  // A run with no measured step has no figure to report: refused at the command line (the model path need not
+  // exist, nothing is loaded).
+  for (const char* flag : {"--decode", "--repetitions"}) {
+    const CliRun bench = run_dsflash({"bench", "-m", "no-such-model", flag, "0"});
+    EXPECT_NE(bench.exit_code, 0) << flag;
+    EXPECT_NE(bench.err.find(std::string(flag) + ": Value 0 not in range"), std::string::npos) << bench.err;
+  }
+}
+
 }  // namespace

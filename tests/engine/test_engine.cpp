@@ -85,6 +85,60 @@ TEST_F(EngineTest, ManyThreadsSubmittingAtOnceEachGetWhatTheyGetAlone) {
   }
 }
 
+TEST_F(EngineTest, RequestsSubmittedTogetherDecodeAsOneBatchFromTheirFirstStep) {
+  auto engine = load();
+  ASSERT_NE(engine, nullptr);
+  const ModelRunner* runner = golden_runner("tiny-a");
+  ASSERT_NE(runner, nullptr);
+  constexpr size_t kBatch = 3;
+  constexpr int64_t kTokens = 5;
+  std::vector<GenerationRequest> requests;
+  for (size_t b = 0; b < kBatch; ++b) requests.push_back(greedy(slice(b, 10 + 4 * b), kTokens));
+  (void)engine->take_step_records();
+  auto handles = engine->submit_together(requests);
+  ASSERT_TRUE(handles.ok()) << handles.error().message;
+  ASSERT_EQ(handles->size(), kBatch);
+  for (size_t b = 0; b < kBatch; ++b) {
+    std::vector<int32_t> tokens;
+    while (auto e = (*handles)[b].next()) {
+      ASSERT_FALSE(e->error.has_value()) << e->error->message;
+      if (e->kind == EventKind::kToken) tokens.push_back(e->token);
+    }
+    // Each gets what it gets alone.
+    EXPECT_EQ(tokens, plan_greedy(*runner, requests[b].prompt_ids, PrefillOptions(), kTokens - 1).generated) << b;
+  }
+  // The loop took all of them at one step boundary: one step prefilled every prompt, then each of the
+  // kTokens - 1 decode steps ran the whole batch.
+  const std::vector<StepRecord> steps = engine->take_step_records();
+  ASSERT_EQ(steps.size(), static_cast<size_t>(kTokens));
+  EXPECT_EQ(steps[0].decode_batch, 0);
+  for (size_t i = 1; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].prefill_tokens, 0) << i;
+    EXPECT_EQ(steps[i].decode_batch, static_cast<int64_t>(kBatch)) << i;
+  }
+
+  // All or none: one bad request queues nothing; more than the engine takes is kOverloaded, also nothing queued.
+  requests[1].max_tokens = 0;
+  auto bad = engine->submit_together(requests);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidRequest);
+  LoadOptions two;
+  two.max_requests = 2;
+  auto small = load(two);
+  ASSERT_NE(small, nullptr);
+  requests[1].max_tokens = kTokens;
+  auto over = small->submit_together(requests);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().code, ErrorCode::kOverloaded);
+  requests.pop_back();
+  auto fits = small->submit_together(requests);
+  ASSERT_TRUE(fits.ok()) << fits.error().message;
+  for (RequestHandle& h : *fits) {
+    while (auto e = h.next()) EXPECT_FALSE(e->error.has_value());
+  }
+  EXPECT_EQ(engine->take_step_records().size(), 0u);  // the refused batches never reached the loop
+}
+
 TEST_F(EngineTest, EventsComeInOrderWithUsage) {
   auto engine = load();
   ASSERT_NE(engine, nullptr);

@@ -222,7 +222,9 @@ TEST(AnthropicStream, EventSequenceWithThinkingTextAndToolUse) {
       EXPECT_EQ(e.data["usage"]["input_tokens"], 20);
       EXPECT_EQ(e.data["usage"]["cache_read_input_tokens"], 0);
     }
-    if (e.name == "message_start") EXPECT_EQ(e.data["message"]["usage"]["input_tokens"], 20);
+    if (e.name == "message_start") {
+      EXPECT_EQ(e.data["message"]["usage"]["input_tokens"], 20);
+    }
   }
   ASSERT_FALSE(names.empty());
   EXPECT_EQ(names.front(), "message_start");
