@@ -308,8 +308,19 @@ int64_t AttentionLayer::copy_wo_a_to_bf16(const Checkpoint& checkpoint) {
 
 // Compressor (spec §4.4; model.py Compressor.forward): the latents (normalised, bf16 values, before RoPE and FP4)
 // of the groups completed in this call, and their group indices.
-Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
-                                      const ComputeContext& ctx, std::span<float>* latents,
+void AttentionLayer::project_compressor(const float* x, int64_t rows, const ComputeContext& ctx, float* kv,
+                                        float* score) const {
+  if (ratio_ == 1) {
+    bf16_linear(x, rows, compressor_wkv_, kv, ctx, true);  // the bf16 weight with a bf16 output
+    return;
+  }
+  // kv, score = wkv(x.float()), wgate(x.float()): fp32 weights, fp32 outputs (no rounding).
+  bf16_linear(x, rows, compressor_wkv_, kv, ctx, false);
+  bf16_linear(x, rows, compressor_wgate_, score, ctx, false);
+}
+
+Status AttentionLayer::run_compressor(const float* kv, const float* score, int64_t num_tokens, int64_t start_pos,
+                                      SequenceState& state, const ComputeContext& ctx, std::span<float>* latents,
                                       std::span<int64_t>* groups) {
   const int64_t d = head_dim_;
   Arena& frame = ctx.workspace->frame();  // the caller's scope holds latents and groups
@@ -319,9 +330,8 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
   *latents = frame.take<float>(static_cast<size_t>(completed * d));  // [completed, head_dim]
   *groups = frame.take<int64_t>(static_cast<size_t>(completed));
   if (ratio_ == 1) {
-    // One token per group: latent = norm(wkv(x)) with the bf16 weight and a bf16 output.
-    bf16_linear(x, num_tokens, compressor_wkv_, latents->data(), ctx, true);
-    ctx.backend->rmsnorm_bf16(latents->data(), num_tokens, d, compressor_norm_, eps_, latents->data(), ctx.pool);
+    // One token per group: latent = norm(wkv(x)).
+    ctx.backend->rmsnorm_bf16(kv, num_tokens, d, compressor_norm_, eps_, latents->data(), ctx.pool);
     for (int64_t t = 0; t < num_tokens; ++t) (*groups)[static_cast<size_t>(t)] = start_pos + t;
     return Status::Ok();
   }
@@ -330,12 +340,7 @@ Status AttentionLayer::run_compressor(const float* x, int64_t num_tokens, int64_
     return Status::Error("attention layer " + std::to_string(layer_) + ": the state has no ratio-" +
                          std::to_string(ratio_) + " compressor tail for this layer");
   }
-  // kv, score = wkv(x.float()), wgate(x.float()): fp32 weights, fp32 outputs (no rounding).
   ArenaScope scope(frame);  // latents and groups were taken before: they outlive this scope
-  const std::span<float> kv = frame.take<float>(static_cast<size_t>(num_tokens * d));     // [tokens, head_dim]
-  const std::span<float> score = frame.take<float>(static_cast<size_t>(num_tokens * d));  // [tokens, head_dim]
-  bf16_linear(x, num_tokens, compressor_wkv_, kv.data(), ctx, false);
-  bf16_linear(x, num_tokens, compressor_wgate_, score.data(), ctx, false);
   const std::span<const float*> slot_kv = frame.take<const float*>(static_cast<size_t>(ratio_));
   const std::span<const float*> slot_score = frame.take<const float*>(static_cast<size_t>(ratio_));
   const std::span<float> e = frame.take<float>(static_cast<size_t>(ratio_));
@@ -424,9 +429,26 @@ Status AttentionLayer::store_entries(std::span<const float> latents, std::span<c
 
 // Indexer queries and top-k (spec §4.5; model.py Indexer.forward after the key update and
 // select_candidate_blocks). Publishes the top-k (and on the candidate source the pool) into `shared`.
-Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_tokens, int64_t start_pos,
-                                   const SequenceState& state, Csa2Shared& shared, const ComputeContext& ctx,
-                                   AttentionTrace* trace) {
+void AttentionLayer::project_index_queries(const float* x, const float* qr, int64_t rows, const float* cos,
+                                           const float* sin, const ComputeContext& ctx, float* index_q,
+                                           float* index_weights) const {
+  const int ih = index_heads_;
+  const int64_t id = index_head_dim_;
+  const size_t half = static_cast<size_t>(rope_dim_ / 2);
+  fp8_linear_bf16(qr, rows, index_wq_b_, index_q, ctx);
+  for (int64_t t = 0; t < rows; ++t) {
+    rope_.rotate(*ctx.backend, &index_q[t * ih * id + id - rope_dim_], ih, id, &cos[t * half], &sin[t * half]);
+  }
+  fake_quant_fp4_ue8m0_block32(index_q, rows * ih * id);
+  bf16_linear(x, rows, index_weights_proj_, index_weights, ctx, true);
+  const float weight_scale =
+      static_cast<float>(std::pow(static_cast<double>(id), -0.5) * std::pow(static_cast<double>(ih), -0.5));
+  for (int64_t i = 0; i < rows * ih; ++i) index_weights[i] = round_to_bf16(index_weights[i] * weight_scale);
+}
+
+Status AttentionLayer::run_indexer(const float* index_q, const float* index_weights, int64_t num_tokens,
+                                   int64_t start_pos, const SequenceState& state, Csa2Shared& shared,
+                                   const ComputeContext& ctx, AttentionTrace* trace) {
   ProfileScope profile_scope(ctx.profile, ProfilePhase::kIndexer);  // its projections charge kLinear
   const int64_t end_pos = start_pos + num_tokens;
   const int64_t width = end_pos / ratio_;  // compressed positions of the call's last query
@@ -446,24 +468,6 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
   }
   Arena& frame = ctx.workspace->frame();
   ArenaScope frame_scope(frame);
-  // q_I = MXFP4(rope(wq_b(qr))) per head; w = bf16(weights_proj(x)) * (id^-0.5 * ih^-0.5) -> bf16.
-  const std::span<float> q = frame.take<float>(static_cast<size_t>(num_tokens * ih * id));  // [tokens, ih, id]
-  fp8_linear_bf16(qr, num_tokens, index_wq_b_, q.data(), ctx);
-  {
-    const size_t half = static_cast<size_t>(rope_dim_ / 2);
-    ArenaScope angles_scope(frame);
-    const std::span<float> c = frame.take<float>(half), s = frame.take<float>(half);
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      rope_.angles(start_pos + t, c.data(), s.data());
-      rope_.rotate(*ctx.backend, &q[static_cast<size_t>(t * ih * id + id - rope_dim_)], ih, id, c.data(), s.data());
-    }
-  }
-  fake_quant_fp4_ue8m0_block32(q.data(), num_tokens * ih * id);
-  const std::span<float> weights = frame.take<float>(static_cast<size_t>(num_tokens * ih));  // [tokens, ih]
-  bf16_linear(x, num_tokens, index_weights_proj_, weights.data(), ctx, true);
-  const float weight_scale =
-      static_cast<float>(std::pow(static_cast<double>(id), -0.5) * std::pow(static_cast<double>(ih), -0.5));
-  for (float& w : weights) w = round_to_bf16(w * weight_scale);
 
   const int64_t k = std::min<int64_t>(index_topk_, width);
   const int64_t blocks = candidate_source_ ? (width + candidate_block_size_ - 1) / candidate_block_size_ : 0;
@@ -487,8 +491,8 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
       frame.take<float>(static_cast<size_t>(std::min(kQueryTile, num_tokens) * width));  // [tile, width]
   for (int64_t tile = 0; tile < num_tokens; tile += kQueryTile) {
     const int64_t tile_n = std::min(kQueryTile, num_tokens - tile);
-    const float* tile_q = &q[static_cast<size_t>(tile * ih * id)];
-    const float* tile_w = &weights[static_cast<size_t>(tile * ih)];
+    const float* tile_q = &index_q[tile * ih * id];
+    const float* tile_w = &index_weights[tile * ih];
     // score[t][j] = bf16( Σ_h bf16( relu(bf16(q_h · k_j)) * w_h ) ), the head sum in torch's cascade order
     // (kernels/index_score.h); threads split the key blocks.
     if (candidate_restricted_) {
@@ -575,23 +579,24 @@ Status AttentionLayer::run_indexer(const float* x, const float* qr, int64_t num_
   return Status::Ok();
 }
 
-Status AttentionLayer::compress_new_rows(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
-                                         const ComputeContext& ctx, AttentionTrace* trace) {
+Result<int64_t> AttentionLayer::stored_rows(const SequenceState& state, int64_t start_pos, int64_t num_tokens) const {
   const CompressedKv* own = state.compressed(layer_);
   if (own == nullptr || own->num_entries() < start_pos / ratio_) {
     return Status::Error("compressed KV holds " + std::to_string(own ? own->num_entries() : -1) +
                          " entries at start_pos " + std::to_string(start_pos) + ", expected " +
                          std::to_string(start_pos / ratio_));
   }
-  // Rows whose entries are already stored (a cached prefix being replayed for its windows, spec §7) are never
-  // compressed again: the cached global KV is reused as it is. Such a prefix ends on a group boundary.
-  const int64_t stored_until = own->num_entries() * ratio_;
-  const int64_t skip = std::clamp<int64_t>(stored_until - start_pos, 0, num_tokens);
-  if (skip == num_tokens) return Status::Ok();
+  // A replayed cached prefix ends on a group boundary; its global KV is reused as it is.
+  return std::clamp<int64_t>(own->num_entries() * ratio_ - start_pos, 0, num_tokens);
+}
+
+Status AttentionLayer::compress_rows(const float* kv, const float* score, int64_t num_tokens, int64_t start_pos,
+                                     SequenceState& state, const ComputeContext& ctx, AttentionTrace* trace) {
+  if (num_tokens == 0) return Status::Ok();
   ArenaScope scope(ctx.workspace->frame());
   std::span<float> latents;
   std::span<int64_t> groups;
-  Status st = run_compressor(x + skip * dim_, num_tokens - skip, start_pos + skip, state, ctx, &latents, &groups);
+  Status st = run_compressor(kv, score, num_tokens, start_pos, state, ctx, &latents, &groups);
   if (!st.ok()) return st;
   st = store_entries(latents, groups, state, ctx);
   if (!st.ok()) return st;
@@ -615,7 +620,16 @@ Status AttentionLayer::forward_global_kv(const float* x, int64_t num_tokens, int
     return forward_global_kv(x, num_tokens, start_pos, state, with_workspace, trace);
   }
   if (trace != nullptr) trace->clear();
-  Status st = compress_new_rows(x, num_tokens, start_pos, state, ctx, trace);
+  auto skip = stored_rows(state, start_pos, num_tokens);
+  if (!skip.ok()) return skip.status().with_context(where());
+  const int64_t rows = num_tokens - *skip;
+  if (rows == 0) return Status::Ok();
+  Arena& frame = ctx.workspace->frame();
+  ArenaScope scope(frame);
+  const std::span<float> kv = frame.take<float>(static_cast<size_t>(rows * head_dim_));  // [rows, head_dim]
+  const std::span<float> score = frame.take<float>(static_cast<size_t>(ratio_ > 1 ? rows * head_dim_ : 0));
+  project_compressor(x + *skip * dim_, rows, ctx, kv.data(), score.data());
+  Status st = compress_rows(kv.data(), score.data(), rows, start_pos + *skip, state, ctx, trace);
   if (!st.ok()) return st.with_context(where());
   return Status::Ok();
 }
@@ -694,14 +708,66 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
   ctx.backend->act_quant(kv.data(), t_n, d, kv_codes.data(), kv_scales.data(), ctx.pool);
   dequant_e4m3_ue8m0(kv_codes.data(), kv_scales.data(), t_n * d, 32, kv.data());
 
+  // KV sources: the compressor projections of every row that has no compressed entry yet, in one pass.
+  const std::span<SegmentRows> segment_rows = frame.take_filled<SegmentRows>(static_cast<size_t>(num_segments), {});
+  if (kv_source_ && ratio_ > 0) {
+    int64_t compress_n = 0;
+    for (int64_t i = 0; i < num_segments; ++i) {
+      auto skip = stored_rows(*segments[i].state, segments[i].start_pos, segments[i].num_tokens);
+      if (!skip.ok()) return skip.status().with_context(where() + ", segment " + std::to_string(i));
+      segment_rows[static_cast<size_t>(i)].compressor_rows = segments[i].num_tokens - *skip;
+      compress_n += segments[i].num_tokens - *skip;
+    }
+    // The rows to project, back to back: x itself unless a replayed prefix skips some.
+    const float* compress_x = x;
+    if (compress_n < t_n) {
+      const std::span<float> gathered = frame.take<float>(static_cast<size_t>(compress_n * dim_));
+      for (int64_t i = 0, row = 0, to = 0; i < num_segments; ++i) {
+        const int64_t n = segment_rows[static_cast<size_t>(i)].compressor_rows;
+        row += segments[i].num_tokens;
+        std::memcpy(&gathered[static_cast<size_t>(to * dim_)], x + (row - n) * dim_,
+                    static_cast<size_t>(n * dim_) * sizeof(float));
+        to += n;
+      }
+      compress_x = gathered.data();
+    }
+    const std::span<float> compressor_kv = frame.take<float>(static_cast<size_t>(compress_n * d));
+    const std::span<float> compressor_score = frame.take<float>(static_cast<size_t>(ratio_ > 1 ? compress_n * d : 0));
+    if (compress_n > 0) project_compressor(compress_x, compress_n, ctx, compressor_kv.data(), compressor_score.data());
+    for (int64_t i = 0, from = 0; i < num_segments; ++i) {
+      SegmentRows& r = segment_rows[static_cast<size_t>(i)];
+      r.compressor_kv = &compressor_kv[static_cast<size_t>(from * d)];
+      r.compressor_score = ratio_ > 1 ? &compressor_score[static_cast<size_t>(from * d)] : nullptr;
+      from += r.compressor_rows;
+    }
+  }
+  // Index sources: the indexer's queries and head weights of every row, in one pass (when some segment sees a
+  // compressed entry).
+  std::span<float> index_q, index_weights;
+  bool index_needed = false;
+  for (int64_t i = 0; i < num_segments && index_source_ && ratio_ > 0; ++i) {
+    index_needed |= (segments[i].start_pos + segments[i].num_tokens) / ratio_ > 0;
+  }
+  if (index_needed) {
+    index_q = frame.take<float>(static_cast<size_t>(t_n * index_heads_ * index_head_dim_));
+    index_weights = frame.take<float>(static_cast<size_t>(t_n * index_heads_));
+    project_index_queries(x, qr.data(), t_n, cos_t.data(), sin_t.data(), ctx, index_q.data(), index_weights.data());
+  }
+
   // Per sequence: window, compressed branch, sparse attention -> o [rows, H, D].
   const std::span<float> o = frame.take<float>(static_cast<size_t>(t_n * h_n * d));
   for (int64_t i = 0, row = 0; i < num_segments; ++i) {
     const AttentionSegment& seg = segments[i];
-    Status st = attend_segment(seg, x + row * dim_, &qr[static_cast<size_t>(row * q_lora_)],
-                               &q[static_cast<size_t>(row * h_n * d)], &kv[static_cast<size_t>(row * d)],
-                               &kv_codes[static_cast<size_t>(row * d)], &kv_scales[static_cast<size_t>(row * d / 32)],
-                               ctx, &o[static_cast<size_t>(row * h_n * d)]);
+    SegmentRows& r = segment_rows[static_cast<size_t>(i)];
+    r.q = &q[static_cast<size_t>(row * h_n * d)];
+    r.kv = &kv[static_cast<size_t>(row * d)];
+    r.kv_codes = &kv_codes[static_cast<size_t>(row * d)];
+    r.kv_scales = &kv_scales[static_cast<size_t>(row * d / 32)];
+    if (index_needed) {
+      r.index_q = &index_q[static_cast<size_t>(row * index_heads_ * index_head_dim_)];
+      r.index_weights = &index_weights[static_cast<size_t>(row * index_heads_)];
+    }
+    Status st = attend_segment(seg, r, ctx, &o[static_cast<size_t>(row * h_n * d)]);
     if (!st.ok()) return num_segments > 1 ? st.with_context("segment " + std::to_string(i)) : st;
     row += seg.num_tokens;
   }
@@ -749,9 +815,8 @@ void AttentionLayer::project_output(float* o, int64_t rows, const float* cos, co
   fp8_linear_bf16(oa.data(), rows, wo_b_, out, ctx);
 }
 
-Status AttentionLayer::attend_segment(const AttentionSegment& segment, const float* x, const float* qr,
-                                      const float* q, const float* kv, const uint8_t* kv_codes,
-                                      const uint8_t* kv_scales, const ComputeContext& ctx, float* o) {
+Status AttentionLayer::attend_segment(const AttentionSegment& segment, const SegmentRows& rows,
+                                      const ComputeContext& ctx, float* o) {
   auto where = [this] { return "attention layer " + std::to_string(layer_); };  // error paths only
   Arena& frame = ctx.workspace->frame();
   ArenaScope frame_scope(frame);
@@ -772,7 +837,7 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
   const std::span<const float*> window_list =
       frame.take_filled<const float*>(static_cast<size_t>(t_n * window_entries), nullptr);
   if (decode_layout) {
-    ring.write(start_pos, kv_codes, kv_scales);
+    ring.write(start_pos, rows.kv_codes, rows.kv_scales);
     window_rows = frame.take<float>(static_cast<size_t>(win * d));
     const int64_t oldest = start_pos % win + 1;
     // Row gathers count as attention (ProfilePhase); the rows are independent, so they dequantise on the pool.
@@ -794,7 +859,7 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
     for (int64_t p = first; p < end_pos; ++p) {
       float* row = &window_rows[static_cast<size_t>((p - first) * d)];
       if (p >= start_pos) {
-        std::memcpy(row, &kv[static_cast<size_t>((p - start_pos) * d)], static_cast<size_t>(d) * sizeof(float));
+        std::memcpy(row, &rows.kv[(p - start_pos) * d], static_cast<size_t>(d) * sizeof(float));
         present[static_cast<size_t>(p - first)] = 1;
       } else if (ring.holds(p)) {
         ring.read_slot(static_cast<int>(p % win), row, ctx.backend->dequant_window_row);
@@ -811,8 +876,7 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
       }
     }
     for (int64_t p = std::max(start_pos, end_pos - win); p < end_pos; ++p) {
-      ring.write(p, &kv_codes[static_cast<size_t>((p - start_pos) * d)],
-                 &kv_scales[static_cast<size_t>((p - start_pos) * d / 32)]);
+      ring.write(p, &rows.kv_codes[(p - start_pos) * d], &rows.kv_scales[(p - start_pos) * d / 32]);
     }
   }
 
@@ -822,7 +886,8 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
   if (ratio_ > 0) {
     const int64_t compress_len = end_pos / ratio_;
     if (kv_source_) {
-      Status st = compress_new_rows(x, t_n, start_pos, state, ctx, trace);
+      Status st = compress_rows(rows.compressor_kv, rows.compressor_score, rows.compressor_rows,
+                                end_pos - rows.compressor_rows, state, ctx, trace);
       if (!st.ok()) return st.with_context(where());
     }
     compressed = state.compressed(kv_source_layer_);
@@ -837,7 +902,7 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
         shared.topk_width = 0;
         shared.topk = {};
       } else {
-        Status st = run_indexer(x, qr, t_n, start_pos, state, shared, ctx, trace);
+        Status st = run_indexer(rows.index_q, rows.index_weights, t_n, start_pos, state, shared, ctx, trace);
         if (!st.ok()) return st;
       }
     } else if (shared.topk_layer != index_source_layer_ ||
@@ -893,7 +958,7 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const flo
       }
     }
     SparseAttentionArgs args;
-    args.q = &q[static_cast<size_t>(tile * h_n * d)];
+    args.q = &rows.q[tile * h_n * d];
     args.rows = list.data();
     args.sink = sink_.data();
     args.out = &o[static_cast<size_t>(tile * h_n * d)];

@@ -118,24 +118,51 @@ class AttentionLayer {
 
  private:
   AttentionLayer() = default;
-  // The compressor and entry store of a KV source for rows [start_pos, + num_tokens), skipping rows whose entries
-  // are already stored (a replayed cached prefix).
-  Status compress_new_rows(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
-                           const ComputeContext& ctx, AttentionTrace* trace);
-  Status run_compressor(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
-                        const ComputeContext& ctx, std::span<float>* latents, std::span<int64_t>* groups);
+  // A segment's rows of the projections forward() runs once over all rows of the call (every weight read once per
+  // call, whatever the number of sequences).
+  struct SegmentRows {
+    const float* q = nullptr;            // [rows, heads, head_dim]
+    const float* kv = nullptr;           // [rows, head_dim] dequantised window rows
+    const uint8_t* kv_codes = nullptr;   // [rows, head_dim] e4m3
+    const uint8_t* kv_scales = nullptr;  // [rows, head_dim / 32] ue8m0
+    // KV sources: the compressor projections (project_compressor) of the segment's last `compressor_rows` rows; the
+    // rows before them already have their entries (a replayed cached prefix).
+    const float* compressor_kv = nullptr;
+    const float* compressor_score = nullptr;
+    int64_t compressor_rows = 0;
+    // Index sources: the indexer's queries and head weights (project_index_queries).
+    const float* index_q = nullptr;
+    const float* index_weights = nullptr;
+  };
+  // KV sources: how many of the rows [start_pos, start_pos + num_tokens) already have their compressed entries
+  // (a cached prefix being replayed for its windows, spec §7: never compressed again). Error when the state holds
+  // fewer entries than start_pos covers.
+  Result<int64_t> stored_rows(const SequenceState& state, int64_t start_pos, int64_t num_tokens) const;
+  // The compressor's projections of x [rows, dim] (spec §4.4): kv = wkv(x) [rows, head_dim] (bf16-rounded at
+  // ratio 1, fp32 above it), score = wgate(x) [rows, head_dim] fp32 (ratio > 1 only).
+  void project_compressor(const float* x, int64_t rows, const ComputeContext& ctx, float* kv, float* score) const;
+  // The compressor and entry store of a KV source for rows [start_pos, + num_tokens), from their projections.
+  Status compress_rows(const float* kv, const float* score, int64_t num_tokens, int64_t start_pos,
+                       SequenceState& state, const ComputeContext& ctx, AttentionTrace* trace);
+  Status run_compressor(const float* kv, const float* score, int64_t num_tokens, int64_t start_pos,
+                        SequenceState& state, const ComputeContext& ctx, std::span<float>* latents,
+                        std::span<int64_t>* groups);
   Status store_entries(std::span<const float> latents, std::span<const int64_t> groups, SequenceState& state,
                        const ComputeContext& ctx);
+  // Index sources (spec §4.5): q_I = MXFP4(rope(wq_b(qr))) [rows, index_heads, index_head_dim] at the rows' RoPE
+  // angles (cos/sin [rows, rope_dim / 2]) and w = bf16(bf16(weights_proj(x)) * id^-0.5 * ih^-0.5) [rows, index_heads].
+  void project_index_queries(const float* x, const float* qr, int64_t rows, const float* cos, const float* sin,
+                             const ComputeContext& ctx, float* index_q, float* index_weights) const;
   // The per-sequence part of forward() for one segment: window rows, compressed branch, sparse attention.
-  // x, qr, q, kv and the kv codes/scales are the segment's rows of the batched projections; o [rows, heads, dim].
-  Status attend_segment(const AttentionSegment& segment, const float* x, const float* qr, const float* q,
-                        const float* kv, const uint8_t* kv_codes, const uint8_t* kv_scales, const ComputeContext& ctx,
+  // o [rows, heads, dim].
+  Status attend_segment(const AttentionSegment& segment, const SegmentRows& rows, const ComputeContext& ctx,
                         float* o);
   // The output of heads o [rows, heads, head_dim] (rotated at the query positions: cos/sin [rows, rope_dim/2])
   // -> out [rows, dim]: inverse RoPE, grouped wo_a (bf16), wo_b (FP8). o is rotated back in place.
   void project_output(float* o, int64_t rows, const float* cos, const float* sin, const ComputeContext& ctx,
                       float* out) const;
-  Status run_indexer(const float* x, const float* qr, int64_t num_tokens, int64_t start_pos,
+  // The indexer's scores and top-k of a segment's rows from their queries and head weights.
+  Status run_indexer(const float* index_q, const float* index_weights, int64_t num_tokens, int64_t start_pos,
                      const SequenceState& state, Csa2Shared& shared, const ComputeContext& ctx,
                      AttentionTrace* trace);
 

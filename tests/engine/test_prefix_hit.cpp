@@ -193,6 +193,51 @@ TEST_P(PrefixHitTest, TheSsdTierServesAHitAfterARestartWithTheSameBytes) {
   EXPECT_EQ(from_disk.generated, from_ram.generated);
 }
 
+// A hit's replay (rows whose compressed entries are already cached, so the KV sources' compressor skips them) in
+// the same forward as another request's decode rows: each gets what it gets alone, bit for bit.
+TEST_P(PrefixHitTest, AHitReplayedInTheStepsOfAnotherDecodeGivesWhatItGivesAlone) {
+  const std::vector<int32_t> first = random_prompt(300, 21);
+  std::vector<int32_t> hit_prompt = first;
+  for (int32_t t : random_prompt(50, 22)) hit_prompt.push_back(t);
+  const std::vector<int32_t> other_prompt = random_prompt(40, 23);
+  constexpr int64_t kHitTokens = 4, kOtherTokens = 12;
+
+  auto alone_cache = make_cache();
+  auto alone = make_scheduler(alone_cache.get());
+  (void)run(*alone, first, 1);
+  const RequestRun hit_alone = run(*alone, hit_prompt, kHitTokens);
+  ASSERT_GT(hit_alone.cached_tokens, 0);
+  const RequestRun other_alone = cold(other_prompt, kOtherTokens);
+
+  auto cache = make_cache();
+  auto scheduler = make_scheduler(cache.get());
+  (void)run(*scheduler, first, 1);
+  // The other request starts first and is decoding when the hit arrives.
+  Request other;
+  other.prompt = other_prompt;
+  other.max_new_tokens = kOtherTokens;
+  other.return_logits = true;
+  auto other_id = scheduler->submit(other);
+  ASSERT_TRUE(other_id.ok());
+  std::vector<Event> events;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(scheduler->step(&events).ok());
+  ASSERT_LT(scheduler->record(*other_id)->generated.size(), 4u);
+  Request hit = other;
+  hit.prompt = hit_prompt;
+  hit.max_new_tokens = kHitTokens;
+  auto hit_id = scheduler->submit(hit);
+  ASSERT_TRUE(hit_id.ok());
+  ASSERT_TRUE(scheduler->run_to_completion(&events).ok());
+  std::vector<float> hit_first_logits;
+  for (const Event& e : events) {
+    if (e.kind == Event::Kind::kToken && e.id == *hit_id && hit_first_logits.empty()) hit_first_logits = e.logits;
+  }
+  EXPECT_EQ(scheduler->record(*hit_id)->cached_tokens, hit_alone.cached_tokens);
+  EXPECT_EQ(count_mismatches(hit_first_logits, hit_alone.first_logits), 0);
+  EXPECT_EQ(scheduler->record(*hit_id)->generated, hit_alone.generated);
+  EXPECT_EQ(scheduler->record(*other_id)->generated, other_alone.generated);
+}
+
 TEST_P(PrefixHitTest, WithoutAVerifiedHitTheLogitsAreThoseOfARunWithoutACache) {
   ScratchDir dir;
   const std::vector<int32_t> prompt = random_prompt(400, 13);

@@ -290,5 +290,48 @@ TEST_F(AttentionLayout, GlobalKvPathThenTailEqualsFullCaches) {
   }
 }
 
+// A replayed prefix (rows whose compressed entries are already stored, spec §7) in one call behind another
+// sequence's prefill rows: the compressor projects only the rows after the stored ones, so both sequences' caches
+// and the rows past the replay are those of one whole prefill.
+TEST_F(AttentionLayout, ReplayBatchedBehindAnotherSequenceEqualsWholePrefills) {
+  kv::SequenceLease full(nullptr, nullptr);
+  const auto whole = run({kTokens}, 0, &full);
+  constexpr int64_t kOther = 20, kStored = 150, kFrom = 54;  // rows >= kStored see only replayed window rows
+  const int64_t dim = config_.dim, replay_rows = kTokens - kFrom;
+  auto replayed = kv_->open();
+  ASSERT_TRUE(layers_[1]->forward_global_kv(inputs_[1].data(), kStored, 0, *replayed, ctx_).ok());
+  auto other = kv_->open();
+  // x: the other sequence's rows [0, kOther), then the replay's [kFrom, kTokens).
+  std::vector<float> x(inputs_[1].begin(), inputs_[1].begin() + kOther * dim);
+  x.insert(x.end(), inputs_[1].begin() + kFrom * dim, inputs_[1].end());
+  Csa2Shared other_shared, replay_shared;
+  other_shared.reset(0, kOther);
+  other_shared.prefill_end = kTokens;  // the layout of the whole prefill
+  replay_shared.reset(kFrom, replay_rows);
+  const AttentionSegment segments[2] = {{&*other, &other_shared, 0, kOther, nullptr},
+                                        {&*replayed, &replay_shared, kFrom, replay_rows, nullptr}};
+  std::vector<float> out(x.size());
+  ASSERT_TRUE(layers_[1]->forward(x.data(), segments, 2, ctx_, out.data()).ok());
+
+  const CompressedKv* reference = full->compressed(1);
+  ASSERT_EQ(replayed->compressed(1)->num_entries(), kTokens);
+  ASSERT_EQ(other->compressed(1)->num_entries(), kOther);
+  std::vector<float> want(static_cast<size_t>(config_.head_dim)), got(want.size());
+  for (int64_t e = 0; e < kTokens; ++e) {
+    reference->read_kv(e, want.data());
+    replayed->compressed(1)->read_kv(e, got.data());
+    ASSERT_EQ(got, want) << "replayed sequence, entry " << e;
+    if (e >= kOther) continue;
+    other->compressed(1)->read_kv(e, got.data());
+    ASSERT_EQ(got, want) << "other sequence, entry " << e;
+  }
+  auto same_rows = [&](int64_t out_row, int64_t whole_row, int64_t n) {
+    return std::equal(out.begin() + out_row * dim, out.begin() + (out_row + n) * dim,
+                      whole[1].begin() + whole_row * dim);
+  };
+  EXPECT_TRUE(same_rows(0, 0, kOther));
+  EXPECT_TRUE(same_rows(kOther + kStored - kFrom, kStored, kTokens - kStored));
+}
+
 }  // namespace
 }  // namespace dsflash
