@@ -87,6 +87,13 @@ void ThreadPool::run_chunks(int index) {
     for (int k = 0; k < num_nodes(); ++k) run_share(node_shares_[static_cast<size_t>(k)]);
 }
 
+int ThreadPool::this_thread_index() const {
+  const std::thread::id self = std::this_thread::get_id();
+  for (size_t w = 0; w < workers_.size(); ++w)
+    if (workers_[w].get_id() == self) return static_cast<int>(w) + 1;  // workers_[w] runs as thread w + 1
+  return 0;
+}
+
 void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) { run_job(n, fn, grain, false, kChunksPerThread); }
 
 void ThreadPool::parallel_for_nodes(int64_t n, RangeFn fn, int64_t grain, int chunks_per_thread) {
@@ -98,14 +105,14 @@ void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node, in
   grain = std::max<int64_t>(1, grain);
   const int64_t grains = (n + grain - 1) / grain;
   if (workers_.empty() || grains <= 1) {
-    fn(0, n, 0);
+    fn(0, n, workers_.empty() ? 0 : this_thread_index());
     return;
   }
   std::unique_lock<std::mutex> lock(mutex_);
   if (busy_) {
     // Nested or concurrent use: the workers belong to the running job.
     lock.unlock();
-    fn(0, n, 0);
+    fn(0, n, this_thread_index());
     return;
   }
   // Node k's grains [begin, end) in proportion to its threads (node_row_ranges' split); one share when not by node.

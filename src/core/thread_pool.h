@@ -29,11 +29,14 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // The calling thread's index: i for the worker that runs as thread i, 0 for any thread outside the pool.
+  int this_thread_index() const;
 
   // fn(begin, end, thread_index) over disjoint ranges covering [0, n); a thread may get several ranges.
   // Ranges are multiples of `grain` (except the last) so kernels can keep blocks whole. thread_index is in
   // [0, num_threads()) and 0 is the caller. A call made while another parallel_for of this pool runs (from
-  // inside fn, or from another thread) runs fn(0, n, 0) on the calling thread.
+  // inside fn, or from another thread) runs fn(0, n, this_thread_index()) on the calling thread, so a body that
+  // calls kernels keeps its own thread's scratch (ThreadScratch) for them.
   // fn is only referenced (FunctionRef: no copy, no allocation), so a lambda may capture anything.
   using RangeFn = FunctionRef<void(int64_t, int64_t, int)>;
   void parallel_for(int64_t n, RangeFn fn, int64_t grain = 1);
@@ -100,14 +103,18 @@ class ThreadPool {
   std::unique_ptr<ScratchSlot[]> scratch_;  // [num_threads()]
 };
 
-// Scratch memory for code running as `thread_index` of `pool` (a parallel_for body, or the caller outside one:
-// index 0): the pool's arena of that index for the scope's lifetime, reset by the outermost scope. A scope
+// Scratch memory for code running as `thread_index` of `pool` (a parallel_for body; outside one, the calling
+// thread's own index: the one-argument form): the pool's arena of that index for the scope's lifetime, reset by
+// the outermost scope. A scope
 // opened on the thread that already holds the arena (a kernel called by a kernel, a body run inline on the
 // caller) nests in it, stack-ordered. When another thread holds it (a second thread driving the same pool) or
 // there is no pool, a private arena of the scope is used instead: always correct, but that one allocates.
 class ThreadScratch {
  public:
   ThreadScratch(ThreadPool* pool, int thread_index);
+  // The calling thread's (ThreadPool::this_thread_index): a kernel's own buffers, whether it is called from
+  // outside the pool or inline from inside a parallel_for body.
+  explicit ThreadScratch(ThreadPool* pool) : ThreadScratch(pool, pool != nullptr ? pool->this_thread_index() : 0) {}
   ~ThreadScratch();
   ThreadScratch(const ThreadScratch&) = delete;
   ThreadScratch& operator=(const ThreadScratch&) = delete;

@@ -97,7 +97,7 @@ void hc_mixes_impl(HcMixDots dots_kernel, float (*sum_squares)(const float*, int
   const int hc = shape.hc;
   const int mix_count = shape.mix_count();
   const int64_t flat = hc * shape.dim;
-  ThreadScratch scratch(pool, 0);
+  ThreadScratch scratch(pool);
   const std::span<float> dots = scratch.take<float>(static_cast<size_t>(std::max<int64_t>(1, num_tokens * mix_count)));
   dots_kernel(streams, num_tokens, site.fn, mix_count, flat, dots.data(), pool);
   auto run = [&](int64_t begin, int64_t end, int) {

@@ -747,14 +747,14 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
 }
 
 void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
-  ThreadScratch scratch(pool, 0);
+  ThreadScratch scratch(pool);
   const std::span<float> act = widen_activations(x, scratch);
   run_block_gemm<false>(act.data(), x.scales, x.rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool,
                         w.may_hold_nan);
 }
 
 void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
-  ThreadScratch scratch(pool, 0);
+  ThreadScratch scratch(pool);
   if (x.rows > 0 && x.rows <= kDecodeMaxRows && w.out > 0 && !w.tile_major) {
     // Decode: the rows as decode_rows_tiles takes them, as values and as exact integers.
     const std::span<float> values = scratch.take<float>(static_cast<size_t>(x.rows * x.k));
@@ -775,7 +775,7 @@ void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, Thread
 // The FP8 block GEMM on the fp32 activations themselves with unit activation scales: per block
 // (partial · 1) · sw, where partial sums exact products when x holds bf16 values.
 void fp8_as_bf16_gemm_avx2(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool) {
-  ThreadScratch scratch(pool, 0);
+  ThreadScratch scratch(pool);
   const std::span<uint8_t> unit_scales = scratch.take<uint8_t>(static_cast<size_t>(rows * (w.in / 32)));
   std::fill(unit_scales.begin(), unit_scales.end(), kE8m0One);
   run_block_gemm<false>(x, unit_scales.data(), rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool,

@@ -569,7 +569,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   g.npairs = (g.kb + 1) / 2;
   g.rows = x.rows;
   g.act_scales = x.scales;
-  ThreadScratch scratch(pool, 0);
+  ThreadScratch scratch(pool);
   // Groups (x.groups > 1): each group a GEMM of its own on its rows of the weight (out / groups outputs), its
   // activations (group-major [groups, rows, in] once prepared) and its outputs, group-major [groups, rows, out_g]
   // (y itself for one row, else a buffer scattered into y at the end). The tiles of all groups are split over the

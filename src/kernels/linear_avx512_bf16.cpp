@@ -208,7 +208,7 @@ void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* 
     return;
   }
   const int64_t k_pad = (w.in + 31) / 32 * 32;
-  ThreadScratch scratch(pool, 0);
+  ThreadScratch scratch(pool);
   const std::span<uint16_t> narrow = scratch.take<uint16_t>(static_cast<size_t>(rows * k_pad));  // [rows, k_pad] bf16
   if (pool && rows > 1)
     pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) {

@@ -44,7 +44,7 @@ void fp8_as_bf16_grouped_gemm(const float* x, int64_t rows, int64_t groups, cons
   }
   // One call per group on its gathered columns: x_g [rows, in], y_g [rows, out_g].
   const int64_t out_g = w.out / groups, in = w.in;
-  ThreadScratch scratch(pool, 0);
+  ThreadScratch scratch(pool);
   const std::span<float> group_x = scratch.take<float>(static_cast<size_t>(rows * in));
   const std::span<float> group_y = scratch.take<float>(static_cast<size_t>(rows * out_g));
   for (int64_t g = 0; g < groups; ++g) {
@@ -62,7 +62,7 @@ void fp8_as_bf16_grouped_gemm(const float* x, int64_t rows, int64_t groups, cons
 void linear_fp8(const float* x, int64_t rows, const Fp8Weight& w, float* y, const LinearKernels& kernels,
                 ThreadPool* pool) {
   if (rows <= 0) return;
-  ThreadScratch scratch(pool, 0);
+  ThreadScratch scratch(pool);
   QuantisedRows q = quantise_rows(x, rows, w.in, pool, scratch);
   kernels.fp8_gemm(Fp8Activations{q.codes.data(), q.scales.data(), rows, w.in}, w, y, pool);
 }
@@ -70,7 +70,7 @@ void linear_fp8(const float* x, int64_t rows, const Fp8Weight& w, float* y, cons
 void linear_fp4(const float* x, int64_t rows, const Fp4Weight& w, float* y, const LinearKernels& kernels,
                 ThreadPool* pool) {
   if (rows <= 0) return;
-  ThreadScratch scratch(pool, 0);
+  ThreadScratch scratch(pool);
   QuantisedRows q = quantise_rows(x, rows, w.in, pool, scratch);
   kernels.fp4_gemm(Fp8Activations{q.codes.data(), q.scales.data(), rows, w.in}, w, y, pool);
 }

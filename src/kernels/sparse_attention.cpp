@@ -464,14 +464,14 @@ void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPoo
     return item / score_groups_per_query * pv_groups_per_query +
            std::min(item % score_groups_per_query * (kScoreHeads / kGroupHeads), pv_groups_per_query);
   };
-  ThreadScratch caller(pool, 0);
+  ThreadScratch caller(pool);
   const std::span<float> scores = caller.take<float>(static_cast<size_t>(chunk * per_query));  // [chunk, heads, entries]
   const std::span<ValueBounds> row_bounds = caller.take<ValueBounds>(static_cast<size_t>(chunk * a.num_entries));
   auto run = [&](int64_t items, ThreadPool::RangeFn fn) {
-    if (pool == nullptr || items < 2) {
+    if (pool == nullptr) {
       fn(0, items, 0);
     } else {
-      pool->parallel_for(items, fn);
+      pool->parallel_for(items, fn);  // one item, or nested in a body: inline, as this thread
     }
   };
   for (int64_t query0 = 0; query0 < a.num_queries; query0 += chunk) {

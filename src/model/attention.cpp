@@ -754,10 +754,14 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
     project_index_queries(x, qr.data(), t_n, cos_t.data(), sin_t.data(), ctx, index_q.data(), index_weights.data());
   }
 
-  // Per sequence: window, compressed branch, sparse attention -> o [rows, H, D].
+  // Per sequence: the compressed branch (compressor, indexer: they split their own work over the pool), then the
+  // window rows and the sparse attention -> o [rows, H, D].
   const std::span<float> o = frame.take<float>(static_cast<size_t>(t_n * h_n * d));
+  const std::span<int64_t> first_row = frame.take<int64_t>(static_cast<size_t>(num_segments));
+  const std::span<CompressedBranch> branches =
+      frame.take_filled<CompressedBranch>(static_cast<size_t>(num_segments), {});
+  int64_t single_rows = 0;  // segments of one row (decode)
   for (int64_t i = 0, row = 0; i < num_segments; ++i) {
-    const AttentionSegment& seg = segments[i];
     SegmentRows& r = segment_rows[static_cast<size_t>(i)];
     r.q = &q[static_cast<size_t>(row * h_n * d)];
     r.kv = &kv[static_cast<size_t>(row * d)];
@@ -767,9 +771,38 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
       r.index_q = &index_q[static_cast<size_t>(row * index_heads_ * index_head_dim_)];
       r.index_weights = &index_weights[static_cast<size_t>(row * index_heads_)];
     }
-    Status st = attend_segment(seg, r, ctx, &o[static_cast<size_t>(row * h_n * d)]);
+    Status st = compressed_branch(segments[i], r, ctx, &branches[static_cast<size_t>(i)]);
     if (!st.ok()) return num_segments > 1 ? st.with_context("segment " + std::to_string(i)) : st;
-    row += seg.num_tokens;
+    first_row[static_cast<size_t>(i)] = row;
+    row += segments[i].num_tokens;
+    single_rows += segments[i].num_tokens == 1;
+  }
+  // With at least as many one-row segments as threads, each of them runs on one thread (its nested kernel calls
+  // inline): one parallel pass per layer instead of a few short ones per sequence, and each sequence's gathered
+  // rows stay in the cache of the thread that reads them. Longer segments split their work over the pool. The
+  // kernels give the same bits on any number of threads.
+  const bool one_thread_each = ctx.pool != nullptr && ctx.pool->num_threads() > 1 && single_rows >= ctx.pool->num_threads();
+  for (int64_t i = 0; i < num_segments; ++i) {
+    if (one_thread_each && segments[i].num_tokens == 1) continue;
+    const size_t at = static_cast<size_t>(i);
+    attend_segment(segments[i], segment_rows[at], branches[at], frame, ctx, &o[static_cast<size_t>(first_row[at] * h_n * d)]);
+  }
+  if (one_thread_each) {
+    const std::span<int64_t> singles = frame.take<int64_t>(static_cast<size_t>(single_rows));
+    for (int64_t i = 0, k = 0; i < num_segments; ++i) {
+      if (segments[i].num_tokens == 1) singles[static_cast<size_t>(k++)] = i;
+    }
+    ProfileScope profile_scope(ctx.profile, ProfilePhase::kAttention);
+    ComputeContext thread_ctx = ctx;
+    thread_ctx.profile = nullptr;  // one profile per step, timed by the calling thread
+    ctx.pool->parallel_for(single_rows, [&](int64_t begin, int64_t end, int thread) {
+      ThreadScratch scratch(ctx.pool, thread);
+      for (int64_t k = begin; k < end; ++k) {
+        const size_t at = static_cast<size_t>(singles[static_cast<size_t>(k)]);
+        attend_segment(segments[at], segment_rows[at], branches[at], scratch.arena(), thread_ctx,
+                       &o[static_cast<size_t>(first_row[at] * h_n * d)]);
+      }
+    });
   }
 
   project_output(o.data(), t_n, cos_t.data(), sin_t.data(), ctx, out);
@@ -815,17 +848,61 @@ void AttentionLayer::project_output(float* o, int64_t rows, const float* cos, co
   fp8_linear_bf16(oa.data(), rows, wo_b_, out, ctx);
 }
 
-Status AttentionLayer::attend_segment(const AttentionSegment& segment, const SegmentRows& rows,
-                                      const ComputeContext& ctx, float* o) {
+Status AttentionLayer::compressed_branch(const AttentionSegment& segment, const SegmentRows& rows,
+                                         const ComputeContext& ctx, CompressedBranch* out) {
   auto where = [this] { return "attention layer " + std::to_string(layer_); };  // error paths only
-  Arena& frame = ctx.workspace->frame();
-  ArenaScope frame_scope(frame);
   SequenceState& state = *segment.state;
   Csa2Shared& shared = *segment.shared;
   AttentionTrace* trace = segment.trace;
   const int64_t start_pos = segment.start_pos, t_n = segment.num_tokens;
   const int64_t end_pos = start_pos + t_n;
+  // Compressed branch: compressor + keys on KV sources, indexer on index sources, else the published top-k.
+  *out = CompressedBranch{};
+  if (ratio_ > 0) {
+    const int64_t compress_len = end_pos / ratio_;
+    if (kv_source_) {
+      Status st = compress_rows(rows.compressor_kv, rows.compressor_score, rows.compressor_rows,
+                                end_pos - rows.compressor_rows, state, ctx, trace);
+      if (!st.ok()) return st.with_context(where());
+    }
+    const CompressedKv* compressed = state.compressed(kv_source_layer_);
+    if (compressed == nullptr || compressed->num_entries() < compress_len) {
+      return Status::Error(where() + ": KV source L" + std::to_string(kv_source_layer_) + " holds " +
+                           std::to_string(compressed ? compressed->num_entries() : 0) + " entries, " +
+                           std::to_string(compress_len) + " are visible at end position " + std::to_string(end_pos));
+    }
+    if (index_source_) {
+      if (compress_len == 0) {
+        shared.topk_layer = layer_;
+        shared.topk_width = 0;
+        shared.topk = {};
+      } else {
+        Status st = run_indexer(rows.index_q, rows.index_weights, t_n, start_pos, state, shared, ctx, trace);
+        if (!st.ok()) return st;
+      }
+    } else if (shared.topk_layer != index_source_layer_ ||
+               static_cast<int64_t>(shared.topk.size()) != t_n * shared.topk_width) {
+      return Status::Error(where() + ": Reuse layer needs the top-k of index source L" +
+                           std::to_string(index_source_layer_) + " from this call (found L" +
+                           std::to_string(shared.topk_layer) + ")");
+    }
+    *out = CompressedBranch{compressed, shared.topk_width};
+  }
+  return Status::Ok();
+}
+
+
+void AttentionLayer::attend_segment(const AttentionSegment& segment, const SegmentRows& rows,
+                                    const CompressedBranch& branch, Arena& frame, const ComputeContext& ctx,
+                                    float* o) {
+  ArenaScope frame_scope(frame);
+  SequenceState& state = *segment.state;
+  const Csa2Shared& shared = *segment.shared;
+  const int64_t start_pos = segment.start_pos, t_n = segment.num_tokens;
+  const int64_t end_pos = start_pos + t_n;
   const int64_t d = head_dim_, h_n = heads_;
+  const CompressedKv* compressed = branch.kv;
+  const int64_t topk_width = branch.topk_width;
 
   // Window rows and each query's window entries (see the header for the layout).
   WindowRing& ring = state.window(layer_);
@@ -878,40 +955,6 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const Seg
     for (int64_t p = std::max(start_pos, end_pos - win); p < end_pos; ++p) {
       ring.write(p, &rows.kv_codes[(p - start_pos) * d], &rows.kv_scales[(p - start_pos) * d / 32]);
     }
-  }
-
-  // Compressed branch: compressor + keys on KV sources, indexer on index sources, else the published top-k.
-  const CompressedKv* compressed = nullptr;
-  int64_t topk_width = 0;
-  if (ratio_ > 0) {
-    const int64_t compress_len = end_pos / ratio_;
-    if (kv_source_) {
-      Status st = compress_rows(rows.compressor_kv, rows.compressor_score, rows.compressor_rows,
-                                end_pos - rows.compressor_rows, state, ctx, trace);
-      if (!st.ok()) return st.with_context(where());
-    }
-    compressed = state.compressed(kv_source_layer_);
-    if (compressed == nullptr || compressed->num_entries() < compress_len) {
-      return Status::Error(where() + ": KV source L" + std::to_string(kv_source_layer_) + " holds " +
-                           std::to_string(compressed ? compressed->num_entries() : 0) + " entries, " +
-                           std::to_string(compress_len) + " are visible at end position " + std::to_string(end_pos));
-    }
-    if (index_source_) {
-      if (compress_len == 0) {
-        shared.topk_layer = layer_;
-        shared.topk_width = 0;
-        shared.topk = {};
-      } else {
-        Status st = run_indexer(rows.index_q, rows.index_weights, t_n, start_pos, state, shared, ctx, trace);
-        if (!st.ok()) return st;
-      }
-    } else if (shared.topk_layer != index_source_layer_ ||
-               static_cast<int64_t>(shared.topk.size()) != t_n * shared.topk_width) {
-      return Status::Error(where() + ": Reuse layer needs the top-k of index source L" +
-                           std::to_string(index_source_layer_) + " from this call (found L" +
-                           std::to_string(shared.topk_layer) + ")");
-    }
-    topk_width = shared.topk_width;
   }
 
   // Sparse attention over [window entries ; compressed entries], in tiles of queries; the compressed rows a tile
@@ -970,7 +1013,6 @@ Status AttentionLayer::attend_segment(const AttentionSegment& segment, const Seg
     ProfileScope profile_scope(ctx.profile, ProfilePhase::kAttention);
     ctx.backend->sparse_attention(args, ctx.pool);
   }
-  return Status::Ok();
 }
 
 }  // namespace dsflash

@@ -153,10 +153,18 @@ class AttentionLayer {
   // angles (cos/sin [rows, rope_dim / 2]) and w = bf16(bf16(weights_proj(x)) * id^-0.5 * ih^-0.5) [rows, index_heads].
   void project_index_queries(const float* x, const float* qr, int64_t rows, const float* cos, const float* sin,
                              const ComputeContext& ctx, float* index_q, float* index_weights) const;
-  // The per-sequence part of forward() for one segment: window rows, compressed branch, sparse attention.
-  // o [rows, heads, dim].
-  Status attend_segment(const AttentionSegment& segment, const SegmentRows& rows, const ComputeContext& ctx,
-                        float* o);
+  // The compressed branch of one segment (spec §4.4-§4.5): compressor and entry store on KV sources, the
+  // indexer's top-k on index sources (published in the segment's Csa2Shared), else the published top-k.
+  struct CompressedBranch {
+    const CompressedKv* kv = nullptr;  // the KV source's entries (null: a window-only layer)
+    int64_t topk_width = 0;            // entries listed per query from the top-k
+  };
+  Status compressed_branch(const AttentionSegment& segment, const SegmentRows& rows, const ComputeContext& ctx,
+                           CompressedBranch* out);
+  // Then its window rows (the ring written with the segment's rows) and sparse attention over
+  // [window entries ; top-k entries] -> o [rows, heads, dim]; buffers from `frame`.
+  void attend_segment(const AttentionSegment& segment, const SegmentRows& rows, const CompressedBranch& branch,
+                      Arena& frame, const ComputeContext& ctx, float* o);
   // The output of heads o [rows, heads, head_dim] (rotated at the query positions: cos/sin [rows, rope_dim/2])
   // -> out [rows, dim]: inverse RoPE, grouped wo_a (bf16), wo_b (FP8). o is rotated back in place.
   void project_output(float* o, int64_t rows, const float* cos, const float* sin, const ComputeContext& ctx,

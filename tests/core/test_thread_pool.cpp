@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -41,19 +42,34 @@ TEST(ThreadPool, ZeroWorkDoesNotCall) {
   EXPECT_FALSE(called);
 }
 
-TEST(ThreadPool, NestedCallRunsInline) {
+// A nested call runs inline as the calling thread (its own index), so a kernel called from a body keeps that
+// thread's scratch arena: ThreadScratch(pool) nests in the body's instead of taking another (or allocating).
+TEST(ThreadPool, NestedCallRunsInlineAsTheCallingThread) {
   ThreadPool pool(3);
+  EXPECT_EQ(pool.this_thread_index(), 0);
   std::atomic<int64_t> total{0};
-  pool.parallel_for(12, [&](int64_t b, int64_t e, int) {
+  std::atomic<bool> wrong_thread{false}, other_arena{false}, on_a_worker{false};
+  pool.parallel_for(12, [&](int64_t b, int64_t e, int t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // long enough for the workers to join
+    on_a_worker = on_a_worker || t != 0;
+    ThreadScratch body(&pool, t);
+    if (pool.this_thread_index() != t) wrong_thread = true;
     for (int64_t i = b; i < e; ++i)
-      pool.parallel_for(10, [&](int64_t b2, int64_t e2, int t2) {
-        EXPECT_EQ(b2, 0);
-        EXPECT_EQ(e2, 10);
-        total += e2 - b2;
-        (void)t2;
-      });
+      for (int64_t n : {1, 10}) {  // one grain (run inline anyway) and a splittable job
+        pool.parallel_for(n, [&](int64_t b2, int64_t e2, int t2) {
+          EXPECT_EQ(b2, 0);
+          EXPECT_EQ(e2, n);
+          total += e2 - b2;
+          if (t2 != t) wrong_thread = true;
+          ThreadScratch kernel(&pool);
+          if (&kernel.arena() != &body.arena()) other_arena = true;
+        });
+      }
   });
-  EXPECT_EQ(total.load(), 120);
+  EXPECT_EQ(total.load(), 12 * 11);
+  EXPECT_TRUE(on_a_worker);
+  EXPECT_FALSE(wrong_thread);
+  EXPECT_FALSE(other_arena);
 }
 
 // Callers on three threads share two workers. The hard moment is a job's end: its last worker has left but its
