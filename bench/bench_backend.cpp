@@ -1,5 +1,5 @@
 // The Backend entries that had no benchmark of their own, for every table this CPU runs (kernels/backend.h):
-// act_quant and the fused FP8 linear, rmsnorm, mHC (mixes, pre, post), RoPE rotation, the indexer's scoring
+// act_quant and the fused FP8 linear, rmsnorm, mHC (mixes, pre, post), RoPE rotation, SwiGLU, the indexer's scoring
 // call and the KV row dequantisation, at the model's shapes (dim 4096, hc 4, 64 heads x 512 with a 64-wide rope
 // tail, indexer 64 heads x 128 against 256 keys, per token the 128 window + 512 compressed rows of 512 that one
 // decode query of one layer attends to). Rows: "<entry>/<backend>/tokens:N"; a benchmark, not a test.
@@ -139,6 +139,18 @@ void bm_rope_rotate(benchmark::State& state, const Backend* b, int64_t tokens) {
   state.SetItemsProcessed(state.iterations() * tokens * kHeads);
 }
 
+// The SwiGLU of one routed expert's rows: `tokens` rows of 2048 (V4.1's moe_intermediate_size), limit 10.
+void bm_swiglu(benchmark::State& state, const Backend* b, int64_t tokens) {
+  constexpr int64_t kInter = 2048;
+  const std::vector<float> gate = bf16_normals(tokens * kInter, 3.0f, 9), up = bf16_normals(tokens * kInter, 3.0f, 10);
+  std::vector<float> out(gate.size());
+  for (auto _ : state) {
+    b->swiglu(gate.data(), up.data(), tokens * kInter, 10.0f, 0.37f, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * tokens * kInter);
+}
+
 // One indexer call: `tokens` queries (64 heads x 128) against a block of 256 keys.
 void bm_index_scores(benchmark::State& state, const Backend* b, int64_t tokens) {
   constexpr int kHeads = 64;
@@ -239,7 +251,7 @@ void register_all() {
   const std::pair<const char*, BackendBench> entries[] = {
       {"act_quant", bm_act_quant}, {"linear_fp8", bm_linear_fp8}, {"rmsnorm", bm_rmsnorm},
       {"hc_mixes", bm_hc_mixes},   {"hc_pre", bm_hc_pre},         {"hc_post", bm_hc_post},
-      {"rope_rotate", bm_rope_rotate}, {"index_scores", bm_index_scores},
+      {"rope_rotate", bm_rope_rotate}, {"swiglu", bm_swiglu}, {"index_scores", bm_index_scores},
       {"index_scores_rows", bm_index_scores_rows}, {"kv_rows", bm_kv_rows},
   };
   for (const auto& [entry, fn] : entries) {

@@ -23,6 +23,7 @@
 #include "kernels/linear.h"
 #include "kernels/peak_probe.h"
 #include "kernels/sparse_attention.h"
+#include "kernels/swiglu.h"
 
 namespace dsflash {
 
@@ -70,6 +71,9 @@ struct Backend {
   // out [tokens, hc, dim] = bf16(post[k] * y + Σ_j comb[j][k] * residual[j]); out must not alias residual.
   void (*hc_post)(const float* y, const float* residual, int64_t num_tokens, int hc, int64_t dim, const float* post,
                   const float* comb, float* out, ThreadPool* pool);
+
+  // --- the MoE experts' SwiGLU (kernels/swiglu.h): gate, up, out [n] fp32, out = bf16 values. Single-threaded.
+  SwigluKernel swiglu;
 
   // --- RoPE rotation (kernels/rope_rotate.h): `count` vectors at x + i*stride, each rope_dim = 2*pairs fp32
   // (bf16 values) rotated in place by the shared angles cos/sin [pairs], rounded to bf16; inverse = conjugate.

@@ -11,8 +11,6 @@
 namespace dsflash {
 namespace {
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-
 // fn(row, begin, end) over the elements [0, rows * cols) of a row-major [rows, cols] array, in ranges of whole
 // `grain` elements on ctx's pool (the pool cuts them into a few chunks per thread), each range cut at row ends
 // (begin, end: flat indices within row `row`). For element-wise work whose rows are few (one in decode): the
@@ -197,26 +195,19 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
     ctx.backend->fp8_gemm(x, expert.w1_fp8, gate, ctx.pool);
     ctx.backend->fp8_gemm(x, expert.w3_fp8, up, ctx.pool);
   }
-  // hidden [n, inter]: GEMM outputs are bf16 in the reference, then fp32 SwiGLU with the clamps, weight, bf16.
-  // Element-wise, so any split over the pool gives the same bits: ranges of elements, so that one token's row
-  // (decode) is shared by the threads too. One routed expert's row (2304) took 32 us on one thread in a decode
-  // step of the wide preset on a Zen 5 VM, 19 us split over two (bench_decode with temporary timers).
+  // hidden [n, inter] = SwiGLU (kernels/swiglu.h: bf16 GEMM outputs, fp32 with the clamps and the routed
+  // weight, bf16). Element-wise, so any split over the pool gives the same bits: ranges of elements, so that one
+  // token's row (decode) is shared by the threads too.
   const std::span<float> hidden = frame.take<float>(static_cast<size_t>(n * inter_dim_));
   const int64_t gate_up_stride = paired ? 2 * inter_dim_ : inter_dim_;  // row stride of gate and up
   for_each_element_range(ctx, n, inter_dim_, 64, [&](int64_t i, int64_t begin, int64_t end) {
     const float w = weighted ? row_weights[static_cast<size_t>(i)] : 1.0f;
-    for (int64_t e = begin; e < end; ++e) {
-      const int64_t c = e - i * inter_dim_;
+    // Columns [c, c_end) of row i; paired, gate and up are contiguous within one 16-output tile only.
+    for (int64_t c = begin - i * inter_dim_, c_end = end - i * inter_dim_; c < c_end;) {
+      const int64_t run = paired ? std::min(c_end, (c / kTileMajorOutputs + 1) * kTileMajorOutputs) - c : c_end - c;
       const int64_t at = i * gate_up_stride + (paired ? fp4_pair_column(c) : c);
-      float g = round_to_bf16(gate[at]);
-      float u = round_to_bf16(up[at]);
-      if (swiglu_limit_ > 0.0f) {
-        u = std::clamp(u, -swiglu_limit_, swiglu_limit_);
-        g = std::min(g, swiglu_limit_);
-      }
-      float value = silu(g) * u;
-      if (weighted) value = w * value;
-      hidden[static_cast<size_t>(e)] = round_to_bf16(value);
+      ctx.backend->swiglu(&gate[at], &up[at], run, swiglu_limit_, w, &hidden[static_cast<size_t>(i * inter_dim_ + c)]);
+      c += run;
     }
   });
   const std::span<uint8_t> h_codes = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_));        // e4m3
