@@ -105,10 +105,10 @@ class ThreadPool {
 
 // Scratch memory for code running as `thread_index` of `pool` (a parallel_for body; outside one, the calling
 // thread's own index: the one-argument form): the pool's arena of that index for the scope's lifetime, reset by
-// the outermost scope. A scope
-// opened on the thread that already holds the arena (a kernel called by a kernel, a body run inline on the
-// caller) nests in it, stack-ordered. When another thread holds it (a second thread driving the same pool) or
-// there is no pool, a private arena of the scope is used instead: always correct, but that one allocates.
+// the outermost scope. A scope opened on the thread that already holds the arena (a kernel called by a kernel, a
+// body run inline on the caller) nests in it, stack-ordered. When another thread holds it (a second thread driving
+// the same pool) or there is no pool, a private arena of the scope is used instead: always correct, but that one
+// allocates.
 class ThreadScratch {
  public:
   ThreadScratch(ThreadPool* pool, int thread_index);

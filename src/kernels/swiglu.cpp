@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <vector>
 

@@ -781,11 +781,13 @@ Status AttentionLayer::forward(const float* x, const AttentionSegment* segments,
   // inline): one parallel pass per layer instead of a few short ones per sequence, and each sequence's gathered
   // rows stay in the cache of the thread that reads them. Longer segments split their work over the pool. The
   // kernels give the same bits on any number of threads.
-  const bool one_thread_each = ctx.pool != nullptr && ctx.pool->num_threads() > 1 && single_rows >= ctx.pool->num_threads();
+  const bool one_thread_each =
+      ctx.pool != nullptr && ctx.pool->num_threads() > 1 && single_rows >= ctx.pool->num_threads();
   for (int64_t i = 0; i < num_segments; ++i) {
     if (one_thread_each && segments[i].num_tokens == 1) continue;
     const size_t at = static_cast<size_t>(i);
-    attend_segment(segments[i], segment_rows[at], branches[at], frame, ctx, &o[static_cast<size_t>(first_row[at] * h_n * d)]);
+    attend_segment(segments[i], segment_rows[at], branches[at], frame, ctx,
+                   &o[static_cast<size_t>(first_row[at] * h_n * d)]);
   }
   if (one_thread_each) {
     const std::span<int64_t> singles = frame.take<int64_t>(static_cast<size_t>(single_rows));
@@ -856,7 +858,6 @@ Status AttentionLayer::compressed_branch(const AttentionSegment& segment, const 
   AttentionTrace* trace = segment.trace;
   const int64_t start_pos = segment.start_pos, t_n = segment.num_tokens;
   const int64_t end_pos = start_pos + t_n;
-  // Compressed branch: compressor + keys on KV sources, indexer on index sources, else the published top-k.
   *out = CompressedBranch{};
   if (ratio_ > 0) {
     const int64_t compress_len = end_pos / ratio_;
@@ -890,7 +891,6 @@ Status AttentionLayer::compressed_branch(const AttentionSegment& segment, const 
   }
   return Status::Ok();
 }
-
 
 void AttentionLayer::attend_segment(const AttentionSegment& segment, const SegmentRows& rows,
                                     const CompressedBranch& branch, Arena& frame, const ComputeContext& ctx,

@@ -42,7 +42,8 @@ TEST(Swiglu, EveryBf16GateAndEdgeUpValuesGiveTheOraclesBits) {
   }
   for (float limit : {0.0f, 10.0f, 7.0f, 0.5f}) {
     for (float weight : {1.0f, 0.3671875f, -2.5f}) {
-      expect_oracle_bits(gate, up, limit, weight, "limit " + std::to_string(limit) + " weight " + std::to_string(weight));
+      const std::string what = "limit " + std::to_string(limit) + " weight " + std::to_string(weight);
+      expect_oracle_bits(gate, up, limit, weight, what);
     }
   }
 }
