@@ -174,6 +174,8 @@ class AttentionLayer {
                      const SequenceState& state, Csa2Shared& shared, const ComputeContext& ctx,
                      AttentionTrace* trace);
 
+  static constexpr int64_t kQueryTile = 32;  // queries per tile (bounds the per-call buffers on long prefills)
+
   int layer_ = 0;
   // shape
   int64_t dim_ = 0, head_dim_ = 0, rope_dim_ = 0, q_lora_ = 0, o_lora_ = 0;

@@ -14,4 +14,12 @@ inline void fp8_linear_bf16(const float* x, int64_t rows, const Fp8Weight& w, fl
   round_to_bf16_inplace(y, rows * w.out);
 }
 
+// BF16 (or fp32-promoted) linear: fp32 sums; rounded to bf16 when the reference's output tensor is bf16.
+inline void bf16_linear(const float* x, int64_t rows, const Bf16Weight& w, float* y, const ComputeContext& ctx,
+                        bool round_output) {
+  ProfileScope scope(ctx.profile, ProfilePhase::kLinear);
+  ctx.backend->bf16_gemm(x, rows, w, y, ctx.pool);
+  if (round_output) round_to_bf16_inplace(y, rows * w.out);
+}
+
 }  // namespace dsflash
