@@ -55,6 +55,9 @@ struct LinearShape {
   // before its grouped call.
   int64_t groups = 1;
   bool by_group = false;
+  // The activations are SwiGLU outputs silu(g) * u of normal g and u, as a routed expert's w2 reads (their blocks
+  // spread wider than hidden states', which decides how many take exact_fp4_partials).
+  bool swiglu_input = false;
 };
 
 // Real V4.1-Flash projections (hidden 5120, q_lora 1280, 8 output groups x 1024, MoE inter 2304).
@@ -63,7 +66,7 @@ const LinearShape kShapes[] = {
     {"wo_b_fp8", Format::kFp8, 5120, 8192},    // 8 groups x 1024 -> hidden
     {"w1_mxfp4", Format::kFp4, 2304, 5120},    // routed expert gate/up
     {"w13_mxfp4", Format::kFp4, 4608, 5120},   // its w1 and w3 paired at load (repack_fp4_pair_tile_major): one call
-    {"w2_mxfp4", Format::kFp4, 5120, 2304},    // routed expert down
+    {"w2_mxfp4", Format::kFp4, 5120, 2304, false, 1, false, true},  // routed expert down
     {"head_bf16", Format::kBf16, 16384, 5120},  // a 16K-row slice of the 129,280-row head
     {"wo_a_bf16", Format::kBf16, 1024, 4096},   // one of the 8 output groups (64 heads x 512 / 8 -> 1024)
     {"wo_a_fp8", Format::kFp8AsBf16, 1024, 4096},  // the same group from the stored FP8 codes
@@ -71,7 +74,7 @@ const LinearShape kShapes[] = {
     {"wo_a_fp8_by_group", Format::kFp8AsBf16, 8192, 4096, false, 8, true},  // the same as 8 calls
     {"head_bf16_fp32x", Format::kBf16Fp32x, 16384, 5120},  // the head slice with fp32 activations
     // 288 KB / 256 KB slices of w2's and wo_b's shapes, read from L2 call after call.
-    {"w2_mxfp4_cached", Format::kFp4, 256, 2304, true},
+    {"w2_mxfp4_cached", Format::kFp4, 256, 2304, true, 1, false, true},
     {"wo_b_fp8_cached", Format::kFp8, 32, 8192, true},
 };
 
@@ -172,8 +175,9 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
       }
     }
   }
-  // Activations as the model makes them: act_quant of bf16 values of one scale (normal, as hidden states are), so
-  // the codes' magnitudes within a block spread as real ones do (exact_fp4_partials depends on that spread).
+  // Activations as the model makes them: act_quant of bf16 values of one scale (normal, as hidden states are, or
+  // SwiGLU outputs), so the codes' magnitudes within a block spread as real ones do (exact_fp4_partials depends on
+  // that spread).
   std::vector<uint8_t> x_codes(static_cast<size_t>(rows * shape.in));
   std::vector<uint8_t> x_scales(static_cast<size_t>(rows * shape.in / 32));
   {
@@ -181,7 +185,11 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> hidden(static_cast<size_t>(shape.in));
     for (int64_t r = 0; r < rows; ++r) {
-      for (float& v : hidden) v = round_to_bf16(normal(rng));
+      for (float& v : hidden) {
+        v = normal(rng);
+        if (shape.swiglu_input) v = v / (1.0f + std::exp(-v)) * normal(rng);
+        v = round_to_bf16(v);
+      }
       act_quant_block32(hidden.data(), shape.in, x_codes.data() + r * shape.in, x_scales.data() + r * (shape.in / 32));
     }
   }
