@@ -20,11 +20,11 @@ constexpr int kTiledScaleBlocks = 32;  // MXFP4 weight scales are prefetched 32 
 // instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs. Of 0-16 KB tried
 // (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower. Once the streams also prefetched across
 // calls (see tiled_decode), 2 and 3 KB beat 4 KB (vs_read, alternated 6x: wo_b 0.94 -> 0.98, wq_b 0.90 -> 0.93,
-// w1 0.87 -> 0.90, w2 the same), 1 KB was mixed and 8 KB slower by 5-10%. Since one MXFP4 row reads two streams
-// (tiled_decode_range), 3 KB beats 2 KB there (alternated 5x: w1 0.920 -> 0.953, w2 0.923 -> 0.947) and 4 KB
-// loses; FP8 (four streams) stays at 2 KB (3 KB: wq_b 0.91 -> 0.86).
-template <bool kFp4>
-constexpr int64_t kTiledPrefetchBytes = kFp4 ? 3072 : 2048;
+// w1 0.87 -> 0.90, w2 the same), 1 KB was mixed and 8 KB slower by 5-10%. With four streams per thread (one row,
+// FP8 and MXFP4 alike: tiled_decode_range), 2 KB is as good as or better than 3, 4, 6 or 8 KB (MXFP4 w13 and w2
+// shapes, the variants alternated call by call in one process: 274 / 276 / 293 / 286 us for w13 against 3 KB's
+// 279, w2 139 us against 149-154); FP8 at 3 KB lost (wq_b 0.91 -> 0.86).
+constexpr int64_t kTiledPrefetchBytes = 2048;
 
 }  // namespace
 
@@ -182,7 +182,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
     auto blocks = [&]<int NB>(int64_t b, bool exact) DSFLASH_AVX512 {
       // In a tile's last kAhead bytes, each stream prefetches the start of the tile it reads next (NT tiles
       // on, the next call's), so that the next call's streams do not start cold.
-      constexpr int64_t kAhead = kTiledPrefetchBytes<kFp4>;
+      constexpr int64_t kAhead = kTiledPrefetchBytes;
       const int64_t prefetch_bytes = kAhead + (b * kBlockBytes + kAhead < tile_bytes
                                                                 ? 0 : (NT - 1) * tile_bytes);
       __m512 acc[NB][R][NT];
@@ -259,7 +259,9 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
         }
       }
     };
-    constexpr int kBlocksAtOnce = R == 1 ? 4 : R == 2 ? 2 : 1;
+    // One MXFP4 row on four tiles: two blocks at once (4 x 4 partials and the integer sums in registers; four would
+    // spill them).
+    constexpr int kBlocksAtOnce = R == 1 ? (kFp4 && NT == 4 ? 2 : 4) : R == 2 ? 2 : 1;
     auto block_exact = [&](int64_t b) {
       return kFp4 && R == 1 && !kFma && g.exact_units != nullptr && g.exact_units[b] != 0.0f;
     };
@@ -283,12 +285,12 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
 template <bool kFp4, int R, bool kFma>
 DSFLASH_AVX512 void tiled_decode_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   int64_t tile = tile_begin;
-  // One FP8 row: four tiles at a time (16 accumulators, four streams per thread): measured (bench_linear, tiled,
-  // rows:1, 2 threads, alternated 3x) vs_read 0.93-1.00 against 0.87-0.93 with two; eight (two blocks at a time)
-  // was slower again. One MXFP4 row (the integer path) takes two: w1 0.895 -> 0.93-0.95, w2 0.93 -> 0.94-0.95
-  // against four; halving its blocks at once instead (fewer registers live) or two tiles with two or eight blocks
-  // at once gained less or lost.
-  if constexpr (R == 1 && !kFp4)
+  // One row: four tiles at a time, so each thread reads four streams. FP8 (16 accumulators; bench_linear, tiled,
+  // rows:1, 2 threads, alternated 3x): vs_read 0.93-1.00 against 0.87-0.93 with two; eight (two blocks at a time)
+  // was slower again. MXFP4 (the integer path): one process alternating the two call by call on cold copies,
+  // 4608 x 5120 (w13) 252 -> 230 and 315 -> 279 us, 5120 x 2304 (w2) 166 -> 149 us (medians of 3000 calls, 2 threads);
+  // an earlier comparison across processes on this noisy VM had favoured two tiles.
+  if constexpr (R == 1)
     for (; tile + 4 <= tile_end; tile += 4) tiled_decode<kFp4, R, 4, kFma>(g, tile);
   for (; tile + 2 <= tile_end; tile += 2) tiled_decode<kFp4, R, 2, kFma>(g, tile);
   if (tile < tile_end) tiled_decode<kFp4, R, 1, kFma>(g, tile);
