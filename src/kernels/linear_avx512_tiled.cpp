@@ -259,9 +259,9 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
         }
       }
     };
-    // One MXFP4 row on four tiles: two blocks at once (4 x 4 partials and the integer sums in registers; four would
-    // spill them).
-    constexpr int kBlocksAtOnce = R == 1 ? (kFp4 && NT == 4 ? 2 : 4) : R == 2 ? 2 : 1;
+    // Four tiles: one MXFP4 row two blocks at once (4 x 4 partials and the integer sums in registers; four would
+    // spill them), several rows one.
+    constexpr int kBlocksAtOnce = R == 1 ? (kFp4 && NT == 4 ? 2 : 4) : R == 2 && NT < 4 ? 2 : 1;
     auto block_exact = [&](int64_t b) {
       return kFp4 && R == 1 && !kFma && g.exact_units != nullptr && g.exact_units[b] != 0.0f;
     };
@@ -285,13 +285,14 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
 template <bool kFp4, int R, bool kFma>
 DSFLASH_AVX512 void tiled_decode_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   int64_t tile = tile_begin;
-  // One row: four tiles at a time, so each thread reads four streams. FP8 (16 accumulators; bench_linear, tiled,
+  // Four tiles at a time, so each thread reads four streams. One FP8 row (16 accumulators; bench_linear, tiled,
   // rows:1, 2 threads, alternated 3x): vs_read 0.93-1.00 against 0.87-0.93 with two; eight (two blocks at a time)
-  // was slower again. MXFP4 (the integer path): one process alternating the two call by call on cold copies,
-  // 4608 x 5120 (w13) 252 -> 230 and 315 -> 279 us, 5120 x 2304 (w2) 166 -> 149 us (medians of 3000 calls, 2 threads);
-  // an earlier comparison across processes on this noisy VM had favoured two tiles.
-  if constexpr (R == 1)
-    for (; tile + 4 <= tile_end; tile += 4) tiled_decode<kFp4, R, 4, kFma>(g, tile);
+  // was slower again. Measured in one process alternating two and four tiles call by call on cold copies (medians
+  // of 2000-3000 calls, 2 threads; across processes this VM's bandwidth swings too much): one MXFP4 row (the
+  // integer path), 4608 x 5120 (w13) 252 -> 230 and 315 -> 279 us, 5120 x 2304 (w2) 166 -> 149 us; 2, 3 and 4
+  // rows: w13 362 -> 280 us (2 rows) and 488 -> 439 us (4), w2 237 -> 187 us (3 rows of SwiGLU outputs), FP8
+  // 5120 x 8192 (wo_b) 976 -> 718 (2), 1102 -> 843 (3), 1115 -> 977 us (4), 32768 x 1280 (wq_b) 1326 -> 969 us (2).
+  for (; tile + 4 <= tile_end; tile += 4) tiled_decode<kFp4, R, 4, kFma>(g, tile);
   for (; tile + 2 <= tile_end; tile += 2) tiled_decode<kFp4, R, 2, kFma>(g, tile);
   if (tile < tile_end) tiled_decode<kFp4, R, 1, kFma>(g, tile);
 }
