@@ -17,13 +17,15 @@
 //   block partials of 16 outputs in one zmm (no horizontal reduction); the scratch serves every row.
 // Tile-major (the load-time copy): each 64-byte vector decodes straight into that scratch layout (FP8: 2 pairs
 // with the two byte lookups and unpacks, FP4: 4 pairs with a shift and vpermw each), so there is neither a
-// gather nor a reduction. Rows 1..4 (tiled_decode_rows, linear_avx512_tiled.cpp) keep the pairs in registers;
-// more rows go through gemm_tiles_rows. Both sum a block's 16 pairs in one chain in pair order, so a row's result
-// does not depend on the rows it runs with (one MXFP4 row takes exact integer dots where they give those bits).
+// gather nor a reduction. Rows 1..4 (tiled_decode_rows, linear_avx512_tiled.cpp) keep the pairs in registers,
+// rows 5..8 in two such passes; more rows go through gemm_tiles_rows. Both sum a block's 16 pairs in one chain in
+// pair order, so a row's result does not depend on the rows it runs with (one MXFP4 row takes exact integer dots
+// where they give those bits).
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path
 // (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
 // The "avx512fma" table (RowsMultiply::kFp32Fma) runs the same paths with fp32 FMAs in place of vdpbf16ps where
-// many rows share each decoded weight (the multi-row path; 2-4 rows on tile-major weights), with the same bits.
+// many rows share each decoded weight (the multi-row path; passes of 2-4 rows on tile-major weights), with the
+// same bits.
 // The "amx" table (amx_kernels(), at the end) is this file's FP8 / MXFP4 GEMM with every row count on the
 // multi-row path and the rows' pass on AMX tiles (linear_amx.cpp) instead of rows_chunk.
 #include <algorithm>
