@@ -15,7 +15,11 @@ namespace dsflash::linear_impl {
 
 namespace {
 
-constexpr int kTiledScaleBlocks = 32;  // MXFP4 weight scales are prefetched 32 blocks at a time
+// MXFP4 weight scales are prefetched this many blocks (16 bytes each per tile) at a time. One process alternating
+// the variants call by call (one row, 2 threads, medians of 2000 calls): 32 -> 8 blocks took 4608 x 5120 from 300
+// to 286 and 332 to 318 us, 5120 x 2304 from 185 to 179 and 213 to 205 us (smaller bursts of scale misses beside
+// the four weight streams); 4 and 16 were no better than 8, and FP8 and four MXFP4 rows did not change.
+constexpr int kTiledScaleBlocks = 8;
 // Software prefetch distance along each tile's stream. The out-of-order window alone reaches ~2 KB ahead at ~15
 // instructions per 64 bytes, less than the bytes in flight that the read bandwidth needs. Of 0-16 KB tried
 // (bench_linear, wo_b / w2 tiled, rows:1), no prefetch was clearly slower. Once the streams also prefetched across
