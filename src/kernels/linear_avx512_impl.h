@@ -264,8 +264,8 @@ constexpr int64_t kTiledDecodeMaxRows = 4;
 constexpr int64_t kTiledPassesMaxRows = 2 * kTiledDecodeMaxRows;
 // g.rows (1..kTiledDecodeMaxRows) rows, tiles [tile_begin, tile_end) of y, from g.act (bf16 [rows, in], natural k
 // order; act_scales apart), or with fma from g.act_f32 by fp32 FMAs in vdpbf16ps's order (RowsMultiply::kFp32Fma;
-// only where no product or partial sum can be subnormal). One MXFP4 row also reads g.act_ints / g.exact_units where
-// set (prepare_exact_fp4_row).
+// only where no product or partial sum can be subnormal). One MXFP4 row also reads g.exact_pieces, g.exact_biases
+// and g.exact_units where set (prepare_exact_fp4_row).
 template <bool kFp4>
 void tiled_decode_rows(const GemmArgs& g, bool fma, int64_t tile_begin, int64_t tile_end);
 

@@ -26,8 +26,8 @@ constexpr int kTiledScaleBlocks = 8;
 // calls (see tiled_decode), 2 and 3 KB beat 4 KB (vs_read, alternated 6x: wo_b 0.94 -> 0.98, wq_b 0.90 -> 0.93,
 // w1 0.87 -> 0.90, w2 the same), 1 KB was mixed and 8 KB slower by 5-10%. With four streams per thread (one row,
 // FP8 and MXFP4 alike: tiled_decode_range), 2 KB is as good as or better than 3, 4, 6 or 8 KB (MXFP4 w13 and w2
-// shapes, the variants alternated call by call in one process: 274 / 276 / 293 / 286 us for w13 against 3 KB's
-// 279, w2 139 us against 149-154); FP8 at 3 KB lost (wq_b 0.91 -> 0.86).
+// shapes, the variants alternated call by call in one process: w13 274 us at 2 KB against 279 / 276 / 293 / 286
+// at 3 / 4 / 6 / 8 KB, w2 139 us against 149-154); FP8 at 3 KB lost (wq_b 0.91 -> 0.86).
 constexpr int64_t kTiledPrefetchBytes = 2048;
 
 }  // namespace

@@ -309,7 +309,8 @@ TEST(LinearFast, Fp8AsBf16KeepsSubnormalActivations) {
 // threaded (also split by NUMA node), and each row's result the same bits as that row run alone (the decode paths, 1..4 rows, and the
 // multi-row path sum a block in the same order).
 TEST(LinearFast, TileMajorWeightsMatchTheReferenceAndRowsRunAlone) {
-  // (1-4 rows on 1 to 10 tiles of 16 outputs: the decode paths take 4, 2 and 1 at a time)
+  // (1-8 rows on 1 to 10 tiles of 16 outputs take the decode paths, 4, 2 and 1 tiles at a time; 5-8 rows in two
+  // passes)
   const LinearShape shapes[] = {{1, 16, 32},   {1, 48, 1280}, {2, 32, 256},   {2, 112, 256},  {3, 160, 2176},
                                 {4, 16, 128},  {4, 80, 384},  {5, 48, 384},   {8, 32, 1280},  {16, 64, 2176},
                                 {33, 16, 256}, {300, 48, 128}, {1, 32, 1056}};
