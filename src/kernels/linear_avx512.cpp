@@ -18,9 +18,9 @@
 // Tile-major (the load-time copy): each 64-byte vector decodes straight into that scratch layout (FP8: 2 pairs
 // with the two byte lookups and unpacks, FP4: 4 pairs with a shift and vpermw each), so there is neither a
 // gather nor a reduction. Rows 1..4 (tiled_decode_rows, linear_avx512_tiled.cpp) keep the pairs in registers,
-// rows 5..8 in two such passes; more rows go through gemm_tiles_rows. Both sum a block's 16 pairs in one chain in
-// pair order, so a row's result does not depend on the rows it runs with (one MXFP4 row takes exact integer dots
-// where they give those bits).
+// rows 5..8 (FP8) or 5..24 (MXFP4) in several such passes; more rows go through gemm_tiles_rows. Both sum a
+// block's 16 pairs in one chain in pair order, so a row's result does not depend on the rows it runs with (one
+// MXFP4 row takes exact integer dots where they give those bits).
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path
 // (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
 // The "avx512fma" table (RowsMultiply::kFp32Fma) runs the same paths with fp32 FMAs in place of vdpbf16ps where
@@ -640,10 +640,10 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     return !kAmx && multiply == RowsMultiply::kFp32Fma &&
            (x.codes != nullptr || bf16_products_stay_normal(x.bf16_values, x.rows * groups * in));
   };
-  if (!kAmx && tile_major && x.rows <= kTiledPassesMaxRows) {
+  if (!kAmx && tile_major && x.rows <= tiled_passes_max_rows(kFp4)) {
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row of a pass
-    // (up to kTiledDecodeMaxRows rows; 5-8 rows take two passes over the weight, which still beats converting it
-    // into the multi-row path's scratch: see kTiledPassesMaxRows).
+    // (up to kTiledDecodeMaxRows rows; more rows take several passes over the weight, which beats converting it
+    // into the multi-row path's scratch up to tiled_passes_max_rows).
     // One row stays on vdpbf16ps: measured (bench_linear, w1 / w2 tiled, 2 threads) the MXFP4 FMA recipe was
     // 5-10% slower there and ~1.3x faster at 4 rows.
     const bool fma = x.rows >= 2 && fma_keeps_bits();

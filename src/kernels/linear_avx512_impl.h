@@ -258,10 +258,12 @@ class AmxTiles {
 // ---- Decode on tile-major weights (linear_avx512_tiled.cpp) ----
 constexpr int64_t kTiledDecodeMaxRows = 4;
 // Up to here the tile-major path runs several passes of at most kTiledDecodeMaxRows rows rather than the multi-row
-// path. Medians of calls on cold copies, 2 threads: MXFP4 4608 x 5120 takes 390 us for 4 rows, 720 / 854 / 865 us
-// for 5 / 6 / 8 on the multi-row path, 1176 us for 12 (three passes would take ~1170); FP8 5120 x 8192 takes
-// 691 us for 4 rows, 1534 / 1776 / 1847 for 5 / 6 / 8 and 1988 for 12.
-constexpr int64_t kTiledPassesMaxRows = 2 * kTiledDecodeMaxRows;
+// path, whose weight conversion into the scratch costs more than re-reading the weight per pass until many rows
+// share it. Medians of calls on cold copies, 2 threads, the old rule against this one alternated call by call:
+// MXFP4 4608 x 5120 722 -> 498 us (5 rows), 860 -> 694 (8), 1274 -> 999 (9), 1353 -> 1066 (12), 1446 -> 1359
+// (16), 2396 -> 2180 (24), 2887 vs 2861 (32: no gain, so the multi-row path from 25 rows on); FP8 5120 x 8192 1580
+// -> 1370 (5), 1618 -> 1423 (8), but 2100 -> 2538 (9) and 2326 -> 2407 (12), so FP8 takes passes up to 8 rows.
+constexpr int64_t tiled_passes_max_rows(bool fp4) { return (fp4 ? 6 : 2) * kTiledDecodeMaxRows; }
 // g.rows (1..kTiledDecodeMaxRows) rows, tiles [tile_begin, tile_end) of y, from g.act (bf16 [rows, in], natural k
 // order; act_scales apart), or with fma from g.act_f32 by fp32 FMAs in vdpbf16ps's order (RowsMultiply::kFp32Fma;
 // only where no product or partial sum can be subnormal). One MXFP4 row also reads g.exact_pieces, g.exact_biases
