@@ -642,8 +642,8 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   };
   if (!kAmx && tile_major && x.rows <= tiled_passes_max_rows(kFp4)) {
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row of a pass
-    // (up to kTiledDecodeMaxRows rows; more rows take several passes over the weight, which beats converting it
-    // into the multi-row path's scratch up to tiled_passes_max_rows).
+    // (up to kTiledDecodeMaxRows rows; more rows take several passes over each group of tiles, which beats
+    // converting the weight into the multi-row path's scratch up to tiled_passes_max_rows).
     // One row stays on vdpbf16ps: measured (bench_linear, w1 / w2 tiled, 2 threads) the MXFP4 FMA recipe was
     // 5-10% slower there and ~1.3x faster at 4 rows.
     const bool fma = x.rows >= 2 && fma_keeps_bits();
@@ -671,21 +671,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
         g.act_f32 = act_f32.data();
       }
     }
-    // Passes of balanced row counts (5 rows: 3 + 2). Rows are independent, so offsets into the row-major
-    // activations, scales and outputs (group-major with groups: in_group strides by x.rows) select a pass.
-    const int64_t passes = (x.rows + kTiledDecodeMaxRows - 1) / kTiledDecodeMaxRows;
-    const GemmArgs all = g;
-    for (int64_t pass = 0, r0 = 0; pass < passes; ++pass) {
-      const int64_t r1 = x.rows * (pass + 1) / passes;
-      g.rows = r1 - r0;
-      g.act = all.act != nullptr ? all.act + r0 * in : nullptr;
-      g.act_f32 = all.act_f32 != nullptr ? all.act_f32 + r0 * in : nullptr;
-      g.act_scales = all.act_scales + r0 * g.kb;
-      g.y = all.y + r0 * g.out;
-      run_tiles([fma](const GemmArgs& a, int64_t begin, int64_t end) { tiled_decode_rows<kFp4>(a, fma, begin, end); });
-      r0 = r1;
-    }
-    g = all;  // (scatter reads g.y)
+    run_tiles([fma](const GemmArgs& a, int64_t begin, int64_t end) { tiled_decode_rows<kFp4>(a, fma, begin, end); });
     scatter();
     return;
   }

@@ -286,7 +286,30 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
     for (int t = 0; t < NT; ++t) _mm512_storeu_ps(g.y + r * g.out + (tile + t) * kTile, y[r][t]);
 }
 
-template <bool kFp4, int R, bool kFma>
+// Tiles [tile, tile + NT) for every row of g: passes of at most kTiledDecodeMaxRows rows (balanced: 5 rows run
+// 3 + 2), one after another on the same tiles, so that a pass after the first reads them from the core's caches.
+template <bool kFp4, int NT, bool kFma>
+DSFLASH_AVX512 void tiled_decode_passes(const GemmArgs& g, int64_t tile) {
+  const int64_t passes = (g.rows + kTiledDecodeMaxRows - 1) / kTiledDecodeMaxRows;
+  for (int64_t pass = 0, r0 = 0; pass < passes; ++pass) {
+    const int64_t r1 = g.rows * (pass + 1) / passes;
+    GemmArgs rows = g;  // rows [r0, r1): the activations, their scales and the outputs are row-major
+    rows.rows = r1 - r0;
+    if (g.act != nullptr) rows.act = g.act + r0 * g.in;
+    if (g.act_f32 != nullptr) rows.act_f32 = g.act_f32 + r0 * g.in;
+    rows.act_scales = g.act_scales + r0 * g.kb;
+    rows.y = g.y + r0 * g.out;
+    switch (rows.rows) {
+      case 1: tiled_decode<kFp4, 1, NT, kFma>(rows, tile); break;
+      case 2: tiled_decode<kFp4, 2, NT, kFma>(rows, tile); break;
+      case 3: tiled_decode<kFp4, 3, NT, kFma>(rows, tile); break;
+      default: tiled_decode<kFp4, 4, NT, kFma>(rows, tile); break;
+    }
+    r0 = r1;
+  }
+}
+
+template <bool kFp4, bool kFma>
 DSFLASH_AVX512 void tiled_decode_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   int64_t tile = tile_begin;
   // Four tiles at a time, so each thread reads four streams. One FP8 row (16 accumulators; bench_linear, tiled,
@@ -296,25 +319,17 @@ DSFLASH_AVX512 void tiled_decode_range(const GemmArgs& g, int64_t tile_begin, in
   // integer path), 4608 x 5120 (w13) 252 -> 230 and 315 -> 279 us, 5120 x 2304 (w2) 166 -> 149 us; 2, 3 and 4
   // rows: w13 362 -> 280 us (2 rows) and 488 -> 439 us (4), w2 237 -> 187 us (3 rows of SwiGLU outputs), FP8
   // 5120 x 8192 (wo_b) 976 -> 718 (2), 1102 -> 843 (3), 1115 -> 977 us (4), 32768 x 1280 (wq_b) 1326 -> 969 us (2).
-  for (; tile + 4 <= tile_end; tile += 4) tiled_decode<kFp4, R, 4, kFma>(g, tile);
-  for (; tile + 2 <= tile_end; tile += 2) tiled_decode<kFp4, R, 2, kFma>(g, tile);
-  if (tile < tile_end) tiled_decode<kFp4, R, 1, kFma>(g, tile);
+  for (; tile + 4 <= tile_end; tile += 4) tiled_decode_passes<kFp4, 4, kFma>(g, tile);
+  for (; tile + 2 <= tile_end; tile += 2) tiled_decode_passes<kFp4, 2, kFma>(g, tile);
+  if (tile < tile_end) tiled_decode_passes<kFp4, 1, kFma>(g, tile);
 }
 
 }  // namespace
 
 template <bool kFp4>
 void tiled_decode_rows(const GemmArgs& g, bool fma, int64_t tile_begin, int64_t tile_end) {
-  auto run = [&]<bool kFma>() {
-    switch (g.rows) {
-      case 1: tiled_decode_range<kFp4, 1, kFma>(g, tile_begin, tile_end); break;
-      case 2: tiled_decode_range<kFp4, 2, kFma>(g, tile_begin, tile_end); break;
-      case 3: tiled_decode_range<kFp4, 3, kFma>(g, tile_begin, tile_end); break;
-      default: tiled_decode_range<kFp4, 4, kFma>(g, tile_begin, tile_end); break;
-    }
-  };
-  if (fma) run.template operator()<true>();
-  else run.template operator()<false>();
+  if (fma) tiled_decode_range<kFp4, true>(g, tile_begin, tile_end);
+  else tiled_decode_range<kFp4, false>(g, tile_begin, tile_end);
 }
 template void tiled_decode_rows<false>(const GemmArgs&, bool, int64_t, int64_t);
 template void tiled_decode_rows<true>(const GemmArgs&, bool, int64_t, int64_t);
