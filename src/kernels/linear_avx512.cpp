@@ -18,7 +18,7 @@
 // Tile-major (the load-time copy): each 64-byte vector decodes straight into that scratch layout (FP8: 2 pairs
 // with the two byte lookups and unpacks, FP4: 4 pairs with a shift and vpermw each), so there is neither a
 // gather nor a reduction. Rows 1..4 (tiled_decode_rows, linear_avx512_tiled.cpp) keep the pairs in registers,
-// rows 5..8 (FP8) or 5..24 (MXFP4) in several such passes; more rows go through gemm_tiles_rows. Both sum a
+// rows 5..12 (FP8) or 5..48 (MXFP4) in several such passes; more rows go through gemm_tiles_rows. Both sum a
 // block's 16 pairs in one chain in pair order, so a row's result does not depend on the rows it runs with (one
 // MXFP4 row takes exact integer dots where they give those bits).
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path

@@ -258,12 +258,12 @@ class AmxTiles {
 // ---- Decode on tile-major weights (linear_avx512_tiled.cpp) ----
 constexpr int64_t kTiledDecodeMaxRows = 4;
 // Up to here the tile-major path runs several passes of at most kTiledDecodeMaxRows rows rather than the multi-row
-// path, whose weight conversion into the scratch costs more than re-reading the weight per pass until many rows
-// share it. Medians of calls on cold copies, 2 threads, the old rule against this one alternated call by call:
-// MXFP4 4608 x 5120 722 -> 498 us (5 rows), 860 -> 694 (8), 1274 -> 999 (9), 1353 -> 1066 (12), 1446 -> 1359
-// (16), 2396 -> 2180 (24), 2887 vs 2861 (32: no gain, so the multi-row path from 25 rows on); FP8 5120 x 8192 1580
-// -> 1370 (5), 1618 -> 1423 (8), but 2100 -> 2538 (9) and 2326 -> 2407 (12), so FP8 takes passes up to 8 rows.
-constexpr int64_t tiled_passes_max_rows(bool fp4) { return (fp4 ? 6 : 2) * kTiledDecodeMaxRows; }
+// path, whose weight conversion into the scratch costs more than re-reading the tiles from cache per pass until
+// many rows share it. Medians of calls on cold copies, 2 threads, the multi-row path against the passes alternated
+// call by call: MXFP4 4608 x 5120 722 -> 498 us (5 rows), 860 -> 694 (8), 1353 -> 1066 (12), 2931 -> 2668 (28),
+// 3297 -> 3088 (40), 4819 -> 4570 (48), 6066 vs 6026 (64) and 8526 -> 8747 (96); FP8 5120 x 8192 1580 -> 1370
+// (5), 1618 -> 1423 (8), 2356 -> 1942 (10), 2683 -> 2476 (12), 2883 -> 2946 (14), 3199 -> 3317 (16).
+constexpr int64_t tiled_passes_max_rows(bool fp4) { return (fp4 ? 12 : 3) * kTiledDecodeMaxRows; }
 // g.rows rows (up to tiled_passes_max_rows; passes of at most kTiledDecodeMaxRows rows run one after another on
 // each group of tiles, so the second pass on reads them from the core's caches: alternated call by call against
 // one pool pass per row pass, 4608 x 5120 MXFP4 1151 -> 1108 us at 12 rows, 1385 -> 1297 at 16, FP8 5120 x 8192

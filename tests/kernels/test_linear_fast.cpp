@@ -309,11 +309,12 @@ TEST(LinearFast, Fp8AsBf16KeepsSubnormalActivations) {
 // threaded (also split by NUMA node), and each row's result the same bits as that row run alone (the decode paths, 1..4 rows, and the
 // multi-row path sum a block in the same order).
 TEST(LinearFast, TileMajorWeightsMatchTheReferenceAndRowsRunAlone) {
-  // (1 to 10 tiles of 16 outputs, 4, 2 and 1 at a time on the decode paths; 5-8 rows there in two passes, MXFP4
-  // up to 24 rows in up to six)
+  // (1 to 10 tiles of 16 outputs, 4, 2 and 1 at a time on the decode paths; 5-12 rows there in passes of up to 4,
+  // MXFP4 up to 48 rows; 13 and 49 rows the first on the multi-row path)
   const LinearShape shapes[] = {{1, 16, 32},   {1, 48, 1280}, {2, 32, 256},   {2, 112, 256},  {3, 160, 2176},
-                                {4, 16, 128},  {4, 80, 384},  {5, 48, 384},   {8, 32, 1280},  {16, 64, 2176},
-                                {24, 48, 384}, {25, 48, 384}, {33, 16, 256},  {300, 48, 128}, {1, 32, 1056}};
+                                {4, 16, 128},  {4, 80, 384},  {5, 48, 384},   {8, 32, 1280},  {12, 48, 384},
+                                {13, 48, 384}, {16, 64, 2176}, {48, 48, 384}, {49, 48, 384}, {300, 48, 128},
+                                {1, 32, 1056}};
   const uint8_t e4m3_small[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
   ThreadPool pool(2);
   ThreadPool two_nodes(3, {}, {0, 1, 1});  // a simulated 2-node machine: tiles split by node
