@@ -66,7 +66,7 @@ const LinearShape kShapes[] = {
     {"wo_b_fp8", Format::kFp8, 5120, 8192},    // 8 groups x 1024 -> hidden
     {"w1_mxfp4", Format::kFp4, 2304, 5120},    // routed expert gate/up
     {"w13_mxfp4", Format::kFp4, 4608, 5120},   // its w1 and w3 paired at load (repack_fp4_pair_tile_major): one call
-    {"w2_mxfp4", Format::kFp4, 5120, 2304, false, 1, false, true},  // routed expert down
+    {.name = "w2_mxfp4", .format = Format::kFp4, .out = 5120, .in = 2304, .swiglu_input = true},  // routed expert down
     {"head_bf16", Format::kBf16, 16384, 5120},  // a 16K-row slice of the 129,280-row head
     {"wo_a_bf16", Format::kBf16, 1024, 4096},   // one of the 8 output groups (64 heads x 512 / 8 -> 1024)
     {"wo_a_fp8", Format::kFp8AsBf16, 1024, 4096},  // the same group from the stored FP8 codes
@@ -74,7 +74,7 @@ const LinearShape kShapes[] = {
     {"wo_a_fp8_by_group", Format::kFp8AsBf16, 8192, 4096, false, 8, true},  // the same as 8 calls
     {"head_bf16_fp32x", Format::kBf16Fp32x, 16384, 5120},  // the head slice with fp32 activations
     // 288 KB / 256 KB slices of w2's and wo_b's shapes, read from L2 call after call.
-    {"w2_mxfp4_cached", Format::kFp4, 256, 2304, true, 1, false, true},
+    {.name = "w2_mxfp4_cached", .format = Format::kFp4, .out = 256, .in = 2304, .cached = true, .swiglu_input = true},
     {"wo_b_fp8_cached", Format::kFp8, 32, 8192, true},
 };
 
