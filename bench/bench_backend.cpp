@@ -177,11 +177,12 @@ void bm_index_scores(benchmark::State& state, const Backend* b, int64_t tokens) 
                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
-// The same call from stored MXFP4 key rows (index_scores_rows): 32 heads x 128 (V4.1's indexer), 256 keys with
-// random nibbles and scales 2^-3 .. 2^0, q through the MXFP4 fake quantiser (what the indexer feeds).
+// The same call from stored MXFP4 key rows (index_scores_rows): 32 heads x 128 (V4.1's indexer), 4096 keys (the
+// block one call gets on a long context) with random nibbles and scales 2^-3 .. 2^0, q through the MXFP4 fake
+// quantiser (what the indexer feeds).
 void bm_index_scores_rows(benchmark::State& state, const Backend* b, int64_t tokens) {
   constexpr int kHeads = 32;
-  constexpr int64_t kIndexDim = 128, kKeys = 256, kRowBytes = kIndexDim / 2 + kIndexDim / 32;
+  constexpr int64_t kIndexDim = 128, kKeys = 4096, kRowBytes = kIndexDim / 2 + kIndexDim / 32;
   std::vector<float> q = bf16_normals(tokens * kHeads * kIndexDim, 1.0f, 12);
   fake_quant_fp4_ue8m0_block32(q.data(), static_cast<int64_t>(q.size()));
   const std::vector<float> w = bf16_normals(tokens * kHeads, 0.1f, 13);

@@ -19,11 +19,20 @@ inline constexpr int kMaxIndexBlocks = 4;  // blocks of 32 in a key (dim <= 128)
 alignas(16) inline constexpr uint8_t kTwiceE2m1Plus12[16] = {12, 13, 14, 15, 16, 18, 20, 24,
                                                              12, 11, 10, 9,  8,  6,  4,  0};
 
+// The smallest ue8m0 code whose key values the reference may not hold finite: 255 is NaN, and from 253 (2^126) on
+// an e2m1 value of 4 or more overflows to inf when the row is dequantised, so its products with q are inf or NaN
+// (0 * inf) even where q is 0. Groups with such a code take the fp32 dots, which keep the reference's bits.
+inline constexpr int kFirstNonFiniteScaleCode = 253;
+
 // One (query, head) of q as integers: q_d = iq_d * 2^exponent[b] per block b of 32.
 struct QueryHeadInts {
   const int8_t* iq = nullptr;            // [dim]
   int32_t exponent[kMaxIndexBlocks] = {};
-  int32_t offset[kMaxIndexBlocks] = {};  // 12 * Σ iq of the block: what the keys' +12 adds to the dot
+  int32_t offset[kMaxIndexBlocks] = {};  // -12 * Σ iq of the block: takes back what the keys' +12 adds to the dot
+  // (exponent - 1) << 23: added to a key block's ue8m0 code u << 23, the fp32 bits of the block's product scale
+  // 2^(exponent + u - 128) (biased exponent field exponent + u - 1). 0 for an all-zero block, so that the sum is a
+  // finite scale (2^(u - 127)) for any u < kFirstNonFiniteScaleCode.
+  int32_t scale_bits[kMaxIndexBlocks] = {};
   int32_t bound[kMaxIndexBlocks] = {};   // 12 * Σ|iq| (the partial-sum bound); 0 = the block is all zeros
   bool any_block = false;                // some block is not all zeros
   // (Σ_b bound[b]) << 11 < 2^24: with every block shift <= 11 (checked anyway) the partial sums stay below 2^24,
@@ -46,7 +55,7 @@ bool split_block(const float* q, int8_t* iq, int32_t* exponent, int32_t* sum, in
 
 // Group packing: 16 stored key rows (`lanes` valid; the rest read as ik = 0, scale code 127) -> kq [dim/4][16][4]
 // bytes (ik + 12, four elements of one key per 32-bit lane, keys in lane order) and ub [dim/32][16] int32 scale
-// codes; false when a valid row has a NaN scale code (255). dim <= 128 and a multiple of 32.
+// codes; false when a valid row has a scale code >= kFirstNonFiniteScaleCode. dim <= 128 and a multiple of 32.
 using PackGroup = bool (*)(const uint8_t* const* rows, int lanes, int64_t dim, uint8_t* kq, int32_t* ub);
 
 // dots [heads][16] fp32 of one query (heads_ints [heads]) against a packed group of `lanes` keys. checked: test

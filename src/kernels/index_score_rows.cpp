@@ -165,9 +165,10 @@ void score_rows_exact(const IndexScoreRowsArgs& a, const ExactIndexKernels& kern
           scores_of_dequantised_rows<index_scores_packed16>(a);  // q is not MXFP4-shaped
           return;
         }
-        qi.offset[b] = 12 * sum;
+        qi.offset[b] = -12 * sum;
         bounds += qi.bound[b];
         if (qi.bound[b] == 0) continue;
+        qi.scale_bits[b] = (qi.exponent[b] - 1) * (1 << 23);
         head_min = qi.any_block ? std::min(head_min, qi.exponent[b]) : qi.exponent[b];
         head_max = qi.any_block ? std::max(head_max, qi.exponent[b]) : qi.exponent[b];
         qi.any_block = true;

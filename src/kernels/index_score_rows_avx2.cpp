@@ -68,7 +68,7 @@ bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim, uint8_t* kq,
   for (int l = 0; l < kIndexKeyLanes; ++l) {
     for (int b = 0; b < blocks; ++b) {
       const int32_t code = l < lanes ? rows[l][row_bytes + b] : 127;
-      finite = finite && code != 255;
+      finite = finite && code < kFirstNonFiniteScaleCode;
       ub[b * kIndexKeyLanes + l] = code;
     }
   }
@@ -97,7 +97,7 @@ inline void block_sums(const uint8_t* kq, const QueryHeadInts* q, int count, __m
         std::memcpy(&q4, iq + 4 * j, sizeof(q4));
         acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(k[j], _mm256_set1_epi32(q4)));
       }
-      sums[h * kBlocks + b] = _mm256_sub_epi32(_mm256_madd_epi16(acc, ones), _mm256_set1_epi32(q[h].offset[b]));
+      sums[h * kBlocks + b] = _mm256_add_epi32(_mm256_madd_epi16(acc, ones), _mm256_set1_epi32(q[h].offset[b]));
     }
   }
 }

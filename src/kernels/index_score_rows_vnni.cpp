@@ -41,8 +41,8 @@ DSFLASH_VNNI inline void transpose16x16(__m512i* r) {
 }
 
 // 16 stored key rows (lanes valid, the rest read as ik = 0, scale code 127) -> kq [dim/4][16][4] bytes (ik + 12,
-// four elements of one key per 32-bit lane) and ub [dim/32][16] scale codes; false when a valid row has a NaN scale
-// code (255). dim <= 128 and a multiple of 32.
+// four elements of one key per 32-bit lane) and ub [dim/32][16] scale codes; false when a valid row has a scale
+// code >= kFirstNonFiniteScaleCode. dim <= 128 and a multiple of 32.
 // Each row's nibbles (dim/2 bytes, one zmm) become (ik + 12) bytes by a table lookup; unpacking low and high
 // nibbles interleaves them back in element order within each 128-bit lane (lane L = block L): `lo` holds elements
 // 32L..32L+15 (quads 8L..8L+3), `hi` elements 32L+16..32L+31 (quads 8L+4..8L+7). Transposing 16 keys' vectors
@@ -75,38 +75,38 @@ DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim,
   }
   const __m512i words = _mm512_load_si512(codes);
   const __mmask64 block_bytes = 0x1111111111111111ull * ((1u << blocks) - 1);  // bytes < blocks of every lane
-  const bool finite = _mm512_mask_cmpeq_epi8_mask(block_bytes, words, _mm512_set1_epi8(static_cast<char>(0xff))) == 0;
+  const bool finite =
+      _mm512_mask_cmpge_epu8_mask(block_bytes, words, _mm512_set1_epi8(static_cast<char>(kFirstNonFiniteScaleCode))) == 0;
   for (int b = 0; b < blocks; ++b)
     _mm512_storeu_si512(ub + b * kIndexKeyLanes, _mm512_and_si512(_mm512_srli_epi32(words, 8 * b), _mm512_set1_epi32(0xff)));
   return finite;
 }
 
-// kH heads of one query against 16 keys: dots [kH][16]. key_exp [kBlocks]: the keys' scale exponents u - 128 per
-// block (lanes = keys). kChecked: test every (head, valid lane) for exactness and return false (dots unspecified)
-// when one fails; false when group_passes_all_checks has shown that none can. The head and block counts are
-// template parameters so the accumulators stay in registers; a block of q that is all zero (bound 0) adds exactly 0
-// (iq = 0, Σ iq = 0), so only its exponent is left out of the minimum.
+// kH heads of one query against 16 keys: dots [kH][16]. key_bits [kBlocks]: the keys' ue8m0 codes << 23 per block
+// (lanes = keys). kChecked: test every (head, valid lane) for exactness first and return false (dots unspecified)
+// when one fails; false when group_passes_all_checks has shown that none can.
+// Each block's integer dot P_b (|P_b| <= bound_b < 2^24) becomes fp32 exactly and is scaled by 2^E_b, E_b in the
+// normal range, by one rounding-free multiply; the blocks are then added in fp32 (one fma each). Where the checks
+// hold, every partial sum is an integer multiple of 2^E_min below 2^24 * 2^E_min, so every fma is exact and the
+// result is N * 2^E_min, the reference's bits (index_score.h). A block of q that is all zero has P_b = 0 and a
+// finite scale (QueryHeadInts::scale_bits), so it adds +0 whatever the key's code; a head without a nonzero block
+// gives +0, as the reference's sum from 0.0f does.
 template <int kH, int kBlocks, bool kChecked>
-DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_exp, const QueryHeadInts* q,
+DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_bits, const QueryHeadInts* q,
                                           __mmask16 valid, float* dots) {
-  // Per head the smallest exponent E_min over its nonzero blocks (a head without one keeps 2^30: its dots are 0).
-  // A block's shift E_b - E_min is formed where it is used; for an all-zero block it may be anything (negative:
-  // vpsllvd gives 0), as that block's partial is 0.
-  __m512i e_min[kH];
-#pragma GCC unroll 8
-  for (int h = 0; h < kH; ++h) {
-    const QueryHeadInts& qi = q[h];
-    __m512i e[kBlocks];
-    __m512i lo = _mm512_set1_epi32(1 << 30);
-    for (int b = 0; b < kBlocks; ++b) {
-      e[b] = _mm512_add_epi32(key_exp[b], _mm512_set1_epi32(qi.exponent[b]));
-      if (qi.bound[b] != 0) lo = _mm512_min_epi32(lo, e[b]);
-    }
-    e_min[h] = lo;
-    if constexpr (kChecked) {
+  if constexpr (kChecked) {
+    for (int h = 0; h < kH; ++h) {
+      const QueryHeadInts& qi = q[h];
       if (!qi.any_block) continue;
-      // s > 11 fails the check, so the shifts used below are all <= 11 on valid lanes; lanes past the valid ones
-      // may hold any shift, their results are never stored.
+      // Per lane the smallest exponent E_min over the head's nonzero blocks, and each such block's shift E_b - E_min:
+      // s > 11 fails the check, so the shifted bounds summed below use shifts <= 11 on valid lanes (lanes past the
+      // valid ones may hold anything, their results are never stored).
+      __m512i e[kBlocks];
+      __m512i lo = _mm512_set1_epi32(1 << 30);
+      for (int b = 0; b < kBlocks; ++b) {
+        e[b] = _mm512_add_epi32(_mm512_srli_epi32(key_bits[b], 23), _mm512_set1_epi32(qi.exponent[b] - 128));
+        if (qi.bound[b] != 0) lo = _mm512_min_epi32(lo, e[b]);
+      }
       __m512i shift[kBlocks];
       __mmask16 ok = valid;
       for (int b = 0; b < kBlocks; ++b) {
@@ -125,56 +125,49 @@ DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_
       if (ok != valid) return false;
     }
   }
-  __m512i n[kH];
+  __m512 sum[kH];
 #pragma GCC unroll 8
-  for (int h = 0; h < kH; ++h) n[h] = _mm512_setzero_si512();
+  for (int h = 0; h < kH; ++h) sum[h] = _mm512_setzero_ps();
+#pragma GCC unroll 4
   for (int b = 0; b < kBlocks; ++b) {
+    const uint8_t* block = kq + b * 8 * 64;  // quads 8b..8b+7, 64 bytes each
     __m512i acc[kH];
 #pragma GCC unroll 8
-    for (int h = 0; h < kH; ++h) acc[h] = _mm512_setzero_si512();
+    for (int h = 0; h < kH; ++h) acc[h] = _mm512_set1_epi32(q[h].offset[b]);
 #pragma GCC unroll 8
-    for (int quad = b * 8; quad < b * 8 + 8; ++quad) {
-      const __m512i k = _mm512_loadu_si512(kq + quad * 64);
+    for (int quad = 0; quad < 8; ++quad) {
+      const __m512i k = _mm512_loadu_si512(block + quad * 64);
 #pragma GCC unroll 8
       for (int h = 0; h < kH; ++h) {
         int32_t q4;
-        std::memcpy(&q4, q[h].iq + quad * 4, sizeof(q4));
+        std::memcpy(&q4, q[h].iq + (b * 8 + quad) * 4, sizeof(q4));
         acc[h] = _mm512_dpbusd_epi32(acc[h], k, _mm512_set1_epi32(q4));
       }
     }
 #pragma GCC unroll 8
     for (int h = 0; h < kH; ++h) {
-      const __m512i p = _mm512_sub_epi32(acc[h], _mm512_set1_epi32(q[h].offset[b]));
-      const __m512i shift = _mm512_sub_epi32(_mm512_add_epi32(key_exp[b], _mm512_set1_epi32(q[h].exponent[b])), e_min[h]);
-      n[h] = _mm512_add_epi32(n[h], _mm512_sllv_epi32(p, shift));
+      const __m512 scale = _mm512_castsi512_ps(_mm512_add_epi32(key_bits[b], _mm512_set1_epi32(q[h].scale_bits[b])));
+      sum[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h]), scale, sum[h]);
     }
   }
 #pragma GCC unroll 8
-  for (int h = 0; h < kH; ++h) {
-    float* out = dots + h * kIndexKeyLanes;
-    if (!q[h].any_block) {
-      _mm512_storeu_ps(out, _mm512_setzero_ps());
-      continue;
-    }
-    const __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e_min[h], _mm512_set1_epi32(127)), 23));
-    _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_cvtepi32_ps(n[h]), scale));
-  }
+  for (int h = 0; h < kH; ++h) _mm512_storeu_ps(dots + h * kIndexKeyLanes, sum[h]);
   return true;
 }
 
 template <int kBlocks, bool kChecked>
-DSFLASH_VNNI bool exact_dots_all_heads(const uint8_t* kq, const __m512i* key_exp, const QueryHeadInts* heads_ints,
+DSFLASH_VNNI bool exact_dots_all_heads(const uint8_t* kq, const __m512i* key_bits, const QueryHeadInts* heads_ints,
                                        int heads, __mmask16 valid, float* dots) {
   int h = 0;
   for (; h + 8 <= heads; h += 8) {
-    if (!exact_dots_heads<8, kBlocks, kChecked>(kq, key_exp, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
+    if (!exact_dots_heads<8, kBlocks, kChecked>(kq, key_bits, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
   }
   if (h + 4 <= heads) {
-    if (!exact_dots_heads<4, kBlocks, kChecked>(kq, key_exp, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
+    if (!exact_dots_heads<4, kBlocks, kChecked>(kq, key_bits, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
     h += 4;
   }
   for (; h < heads; ++h) {
-    if (!exact_dots_heads<1, kBlocks, kChecked>(kq, key_exp, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
+    if (!exact_dots_heads<1, kBlocks, kChecked>(kq, key_bits, heads_ints + h, valid, dots + h * kIndexKeyLanes)) return false;
   }
   return true;
 }
@@ -185,10 +178,10 @@ template <int kBlocks>
 DSFLASH_VNNI bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints, bool checked,
                                int heads, int lanes, float* dots) {
   const __mmask16 valid = static_cast<__mmask16>((1u << lanes) - 1u);
-  __m512i key_exp[kBlocks];
-  for (int b = 0; b < kBlocks; ++b) key_exp[b] = _mm512_sub_epi32(_mm512_loadu_si512(ub + b * 16), _mm512_set1_epi32(128));
-  if (checked) return exact_dots_all_heads<kBlocks, true>(kq, key_exp, heads_ints, heads, valid, dots);
-  return exact_dots_all_heads<kBlocks, false>(kq, key_exp, heads_ints, heads, valid, dots);
+  __m512i key_bits[kBlocks];
+  for (int b = 0; b < kBlocks; ++b) key_bits[b] = _mm512_slli_epi32(_mm512_loadu_si512(ub + b * 16), 23);
+  if (checked) return exact_dots_all_heads<kBlocks, true>(kq, key_bits, heads_ints, heads, valid, dots);
+  return exact_dots_all_heads<kBlocks, false>(kq, key_bits, heads_ints, heads, valid, dots);
 }
 
 }  // namespace

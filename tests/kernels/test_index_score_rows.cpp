@@ -2,9 +2,11 @@
 // index_scores_rows equals the oracle (rows dequantised + in-order fp32 dots) bit for bit on random shapes, ragged
 // key tails and query counts; also where the exact-integer path must fall back: scales far apart within a row
 // (partial sums past 2^24 ulps: random, flat q at the largest magnitude, and a built sum whose fp32 rounding shows
-// in the bf16 score), tiny scales (below the normal range), NaN scales, and q that is not MXFP4-shaped.
+// in the bf16 score), tiny scales (below the normal range), NaN scales, and q that is not MXFP4-shaped; and q blocks
+// that are all zero against the extreme key scales (2^-127, and from 2^126 on, where key values overflow).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -239,6 +241,24 @@ TEST(IndexScoreRows, KeyScaleSpreadPastElevenTakesTheFallback) {
     found += reference_rounding_shows(c, exact, "m " + std::to_string(m));
   }
   EXPECT_GT(found, 0) << "no sum whose fp32 rounding shows in the bf16 score";
+}
+
+TEST(IndexScoreRows, AllZeroBlocksOfQAndExtremeKeyScales) {
+  // Block 0 of every head of query 0 is all zero, and so is all of head 1 of query 1, while the keys' block-0 scale
+  // codes are extreme, one code per group of 16 keys: 0 (2^-127), 253 (2^126: the reference's key values of 4 or more
+  // overflow to inf, so its dots are inf or NaN, 0 * inf included), 252 (2^125, still finite) and 254 on the ragged
+  // tail. A zero block must add +0 whatever the key's scale; a code that can overflow must reach the fallback.
+  constexpr uint8_t kCodes[] = {0, 253, 252, 254};
+  for (int64_t dim : {64, 128}) {
+    Case c = make_case(400 + static_cast<uint32_t>(dim), 2, 53, 8, dim, 122, 128);
+    for (int h = 0; h < c.heads; ++h) std::fill_n(c.q.begin() + h * dim, 32, 0.0f);
+    std::fill_n(c.q.begin() + (c.heads + 1) * dim, dim, 0.0f);
+    for (size_t j = 0; j < c.rows.size(); ++j) c.rows[j][static_cast<size_t>(dim / 2)] = kCodes[j / 16];
+    const std::vector<float> want = run(c, index_scores_rows_reference);
+    for (const auto& [name, kernel] : kernels()) {
+      expect_same_scores(run(c, kernel), want, name + " zero q blocks, dim " + std::to_string(dim));
+    }
+  }
 }
 
 TEST(IndexScoreRows, RowsMatchTheFp32KeyEntry) {
