@@ -112,19 +112,37 @@ bool split_block(const float* q, int8_t* iq, int32_t* exponent, int32_t* sum, in
   return true;
 }
 
+// Lane-wise minimum and maximum over the blocks (16 lanes as two halves of 8), then the reductions over the valid
+// lanes: lanes past `lanes` take the neutral INT32_MAX for the minimum and 0 for the maximum and the spread (codes
+// and spreads are >= 0, and lane 0 is always valid).
 KeyExponents key_exponents(const int32_t* ub, int blocks, int lanes) {
-  KeyExponents k{INT32_MAX, INT32_MIN, 0};
-  for (int l = 0; l < lanes; ++l) {
-    int32_t lo = ub[l], hi = ub[l];
+  const __m256i count = _mm256_set1_epi32(lanes);
+  __m256i lo[2], hi[2], valid[2];
+  for (int half = 0; half < 2; ++half) {
+    valid[half] = _mm256_cmpgt_epi32(count, _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                              _mm256_set1_epi32(8 * half)));
+    lo[half] = hi[half] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ub + 8 * half));
     for (int b = 1; b < blocks; ++b) {
-      lo = std::min(lo, ub[b * kIndexKeyLanes + l]);
-      hi = std::max(hi, ub[b * kIndexKeyLanes + l]);
+      const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ub + b * kIndexKeyLanes + 8 * half));
+      lo[half] = _mm256_min_epi32(lo[half], codes);
+      hi[half] = _mm256_max_epi32(hi[half], codes);
     }
-    k.spread = std::max(k.spread, hi - lo);
-    k.min = std::min(k.min, lo - 128);
-    k.max = std::max(k.max, hi - 128);
   }
-  return k;
+  const __m256i neutral_min = _mm256_set1_epi32(INT32_MAX);
+  const __m256i low = _mm256_min_epi32(_mm256_blendv_epi8(neutral_min, lo[0], valid[0]),
+                                       _mm256_blendv_epi8(neutral_min, lo[1], valid[1]));
+  const __m256i high = _mm256_max_epi32(_mm256_and_si256(hi[0], valid[0]), _mm256_and_si256(hi[1], valid[1]));
+  const __m256i spread = _mm256_max_epi32(_mm256_and_si256(_mm256_sub_epi32(hi[0], lo[0]), valid[0]),
+                                          _mm256_and_si256(_mm256_sub_epi32(hi[1], lo[1]), valid[1]));
+  // 8 lanes -> lane 0: the other 128-bit half, then the 64-bit and the 32-bit neighbour
+  const auto fold = [](__m256i v, auto op) {
+    v = op(v, _mm256_permute2x128_si256(v, v, 1));
+    v = op(v, _mm256_shuffle_epi32(v, 0x4e));
+    return _mm256_cvtsi256_si32(op(v, _mm256_shuffle_epi32(v, 0xb1)));
+  };
+  const auto min = [](__m256i x, __m256i y) { return _mm256_min_epi32(x, y); };
+  const auto max = [](__m256i x, __m256i y) { return _mm256_max_epi32(x, y); };
+  return KeyExponents{fold(low, min) - 128, fold(high, max) - 128, fold(spread, max)};
 }
 
 bool group_passes_all_checks(const KeyExponents& k, const QueryExponents& qx) {
@@ -211,9 +229,14 @@ void score_rows_exact(const IndexScoreRowsArgs& a, const ExactIndexKernels& kern
         }
         index_dots16(packed.data(), a.q + t * a.heads * a.dim, a.heads, a.dim, dots.data());
       }
-      float group_scores[kIndexKeyLanes];
-      kernels.weigh(dots.data(), a.weights + t * a.heads, a.heads, group_scores);
-      std::copy(group_scores, group_scores + lanes, a.scores + t * a.score_stride + g0);
+      float* scores = a.scores + t * a.score_stride + g0;
+      if (lanes == kIndexKeyLanes) {
+        kernels.weigh(dots.data(), a.weights + t * a.heads, a.heads, scores);
+      } else {
+        float group_scores[kIndexKeyLanes];
+        kernels.weigh(dots.data(), a.weights + t * a.heads, a.heads, group_scores);
+        std::copy(group_scores, group_scores + lanes, scores);
+      }
     }
   }
 }

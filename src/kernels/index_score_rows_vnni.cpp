@@ -71,7 +71,12 @@ DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim,
   alignas(64) uint32_t codes[kIndexKeyLanes];
   for (int l = 0; l < kIndexKeyLanes; ++l) {
     codes[l] = 0x7f7f7f7fu;
-    if (l < lanes) std::memcpy(&codes[l], rows[l] + row_bytes, static_cast<size_t>(blocks));
+    if (l >= lanes) continue;
+    if (blocks == kMaxIndexBlocks) {  // a fixed-size copy the compiler inlines (the model's dim 128)
+      std::memcpy(&codes[l], rows[l] + row_bytes, kMaxIndexBlocks);
+    } else {
+      std::memcpy(&codes[l], rows[l] + row_bytes, static_cast<size_t>(blocks));
+    }
   }
   const __m512i words = _mm512_load_si512(codes);
   const __mmask64 block_bytes = 0x1111111111111111ull * ((1u << blocks) - 1);  // bytes < blocks of every lane
