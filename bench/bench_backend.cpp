@@ -6,6 +6,7 @@
 // Run: build-<you>/bench/bench_backend [--benchmark_filter=rmsnorm]
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 #include "formats/formats.h"
 #include "formats/quant.h"
 #include "kernels/backend.h"
+#include "kernels/peak_probe.h"
 
 namespace dsflash {
 namespace {
@@ -179,7 +181,9 @@ void bm_index_scores(benchmark::State& state, const Backend* b, int64_t tokens) 
 
 // The same call from stored MXFP4 key rows (index_scores_rows): 32 heads x 128 (V4.1's indexer), 4096 keys (the
 // block one call gets on a long context) with random nibbles and scales 2^-3 .. 2^0, q through the MXFP4 fake
-// quantiser (what the indexer feeds).
+// quantiser (what the indexer feeds). vs_int8_peak: the dots' integer ops (2 x heads x 128 per key and query) per
+// second over the one-thread int8 dot peak measured in the same run (peak_probe.h PeakOps::kInt8Dot: vpdpbusd where
+// the CPU has it, whatever the table), the indexer's compute limit.
 void bm_index_scores_rows(benchmark::State& state, const Backend* b, int64_t tokens) {
   constexpr int kHeads = 32;
   constexpr int64_t kIndexDim = 128, kKeys = 4096, kRowBytes = kIndexDim / 2 + kIndexDim / 32;
@@ -209,12 +213,19 @@ void bm_index_scores_rows(benchmark::State& state, const Backend* b, int64_t tok
   args.heads = kHeads;
   args.dim = kIndexDim;
   args.scratch = &scratch;
+  // The same thread's int8 dot peak, measured just before the timed loop.
+  const DotPeak peak = measure_dot_peak(nullptr, 0.1, PeakOps::kInt8Dot);
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     b->index_scores_rows(args);
     benchmark::DoNotOptimize(scores.data());
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double ops = static_cast<double>(2 * kHeads * kIndexDim * tokens * kKeys);  // the dots' products and sums
   state.counters["keys/s"] = benchmark::Counter(static_cast<double>(tokens * kKeys),
                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["int8_peak_Gops"] = peak.gflops;
+  state.counters["vs_int8_peak"] = ops * static_cast<double>(state.iterations()) / seconds * 1e-9 / peak.gflops;
 }
 
 // One decode query's attention rows per token: 128 window rows (e4m3, ue8m0 per 32) and 512 compressed rows

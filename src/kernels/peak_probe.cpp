@@ -29,6 +29,8 @@ constexpr int kAmxStepsPerRound = 12;  // amx_dot_rounds: 4 accumulator tiles x 
 
 using Floats16 = float __attribute__((vector_size(64)));
 using Floats8 = float __attribute__((vector_size(32)));
+using Ints16 = int32_t __attribute__((vector_size(64)));
+using Shorts16 = int16_t __attribute__((vector_size(32)));
 
 // Register-only loops: kChains accumulators of V (a GCC vector of floats), each advanced `rounds` times by
 // step(acc); the lane sum of their total feeds a sink, so the compiler keeps every instruction. Inlined into the
@@ -71,6 +73,21 @@ __attribute__((target("avx2,fma"))) float fma_rounds(int64_t rounds) {
   });
 }
 
+// Integer chains wrap around by design; only their instructions count.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) float int8_dot_rounds_vnni(int64_t rounds) {
+  const __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(-1);
+  return chains<kZmmChains, Ints16>(rounds, [&](Ints16 acc) __attribute__((target("avx512f,avx512bw,avx512vnni"))) {
+    return (Ints16)_mm512_dpbusd_epi32((__m512i)acc, a, b);
+  });
+}
+
+__attribute__((target("avx2"))) float int8_dot_rounds_avx2(int64_t rounds) {
+  const __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(-1);
+  return chains<kYmmChains, Shorts16>(rounds, [&](Shorts16 acc) __attribute__((target("avx2"))) {
+    return (Shorts16)_mm256_add_epi16((__m256i)acc, _mm256_maddubs_epi16(a, b));
+  });
+}
+
 bool has_avx512f() { return __builtin_cpu_supports("avx512f"); }
 
 bool has_bf16_dot() { return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f"); }
@@ -79,6 +96,13 @@ const char* kBf16Kernel = "avx512bf16 vdpbf16ps";
 const char* kFmaKernel = "avx2 fp32 fma";
 const char* kFma512Kernel = "avx512 fp32 fma";
 const char* kAmxKernel = "amx-bf16 tdpbf16ps";
+const char* kVnniKernel = "avx512vnni vpdpbusd";
+const char* kMaddubsKernel = "avx2 vpmaddubsw";
+
+bool has_vnni() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni");
+}
 
 // Sum of the buffer's 64-bit words (a value the compiler must compute, so every load stays), with 256-bit loads,
 // optionally prefetching kPrefetchBytes ahead in software as the kernels do.
@@ -188,11 +212,13 @@ ReadPeak measure_read_bandwidth(ThreadPool* pool, int64_t bytes, int passes) {
 
 int64_t dot_probe_flops(const std::string& kernel, int64_t iterations) {
   // FLOPs per chain step: a vdpbf16ps (32 products + 32 sums), a 16- or 8-lane FMA, a TDPBF16PS of 16 x 16 outputs
-  // x 32 products.
+  // x 32 products; integer ops: a vpdpbusd (64 products + 64 sums), a vpmaddubsw + vpaddw (32 + 32).
   // Steps per round: the loop's chains (amx_dot_rounds: its TDPBF16PS per round).
   if (kernel == kAmxKernel) return iterations * kAmxStepsPerRound * (2 * 16 * 16 * 32);
   if (kernel == kBf16Kernel) return iterations * kZmmChains * 64;
   if (kernel == kFma512Kernel) return iterations * kZmmChains * 32;
+  if (kernel == kVnniKernel) return iterations * kZmmChains * 128;
+  if (kernel == kMaddubsKernel) return iterations * kYmmChains * 64;
   return iterations * kYmmChains * 16;
 }
 
@@ -202,6 +228,10 @@ DotPeak measure_dot_peak(ThreadPool* pool, double seconds, PeakOps ops) {
   if (ops == PeakOps::kAmxBf16 && linear_impl::amx_usable()) {
     peak.kernel = kAmxKernel;
     rounds_fn = linear_impl::amx_dot_rounds;
+  } else if (ops == PeakOps::kInt8Dot) {
+    const bool vnni = has_vnni();
+    peak.kernel = vnni ? kVnniKernel : kMaddubsKernel;
+    rounds_fn = vnni ? int8_dot_rounds_vnni : int8_dot_rounds_avx2;
   } else if (ops == PeakOps::kFp32Fma) {
     const bool avx512 = has_avx512f();
     peak.kernel = avx512 ? kFma512Kernel : kFmaKernel;

@@ -1,5 +1,6 @@
 // The compute-peak probes: their FLOP accounting (12 chains x 64 FLOPs per vdpbf16ps, 32 / 16 per 16- / 8-lane
-// FMA, 32 / 16 per 16- / 8-lane mul + add pair, 16384 per TDPBF16PS) and a positive, finite rate on one thread and
+// FMA, 32 / 16 per 16- / 8-lane mul + add pair, 16384 per TDPBF16PS, 128 integer ops per vpdpbusd, 64 per
+// vpmaddubsw + vpaddw) and a positive, finite rate on one thread and
 // on a pool (the rate itself is a measurement, never asserted); the read-bandwidth probe's byte count and a
 // positive rate; every read loop reads every word it is given.
 #include <gtest/gtest.h>
@@ -20,6 +21,8 @@ TEST(PeakProbe, CountsTheFlopsItRuns) {
   EXPECT_EQ(dot_probe_flops("avx2 fp32 fma", 1000), 1000 * 12 * 16);
   EXPECT_EQ(dot_probe_flops("avx512 fp32 fma", 1000), 1000 * 24 * 32);
   EXPECT_EQ(dot_probe_flops("amx-bf16 tdpbf16ps", 1000), int64_t{1000} * 12 * 16 * 16 * 32 * 2);
+  EXPECT_EQ(dot_probe_flops("avx512vnni vpdpbusd", 1000), 1000 * 24 * 128);
+  EXPECT_EQ(dot_probe_flops("avx2 vpmaddubsw", 1000), 1000 * 12 * 64);
 }
 
 // The AMX probe where the CPU and OS allow tiles, the bf16 dot probe (and says so) elsewhere.
@@ -48,6 +51,14 @@ TEST(PeakProbe, ReportsAPositiveRateAndItsKernel) {
   EXPECT_GT(fma.gflops, 0.0);
   EXPECT_TRUE(std::isfinite(fma.gflops));
   EXPECT_EQ(fma.flops_per_thread % dot_probe_flops(fma.kernel, 1), 0);
+  // The int8 dot probe (the indexer's exact-integer limit): VNNI where the CPU has it.
+  const DotPeak int8 = measure_dot_peak(&pool, 0.02, PeakOps::kInt8Dot);
+  const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vnni");
+  EXPECT_EQ(int8.kernel, vnni ? "avx512vnni vpdpbusd" : "avx2 vpmaddubsw");
+  EXPECT_GT(int8.gflops, 0.0);
+  EXPECT_TRUE(std::isfinite(int8.gflops));
+  EXPECT_EQ(int8.flops_per_thread % dot_probe_flops(int8.kernel, 1), 0);
 }
 
 TEST(PeakProbe, ReadBandwidthCountsWholeStepsAndIsPositive) {
