@@ -102,48 +102,46 @@ inline void block_sums(const uint8_t* kq, const QueryHeadInts* q, int count, __m
   }
 }
 
-// dots [count][16] (this half's 8 columns) of heads [h0, h0 + count) from their block sums: per head and key the
-// smallest exponent E_min over the head's nonzero blocks, N = Σ_b sum_b << (E_b - E_min), dot = N * 2^E_min.
-// key_exp [kBlocks]: the keys' scale exponents u - 128 per block; valid: the half's valid lanes as a bit mask.
-// kChecked: test every (head, valid lane) for exactness and return false (dots unspecified) when one fails; false
-// when group_passes_all_checks has shown that none can. A block of q that is all zero (bound 0) has sum 0 (iq = 0,
-// Σ iq = 0), so its exponent is left out of the minimum and its shift may be anything (vpsllvd past 31 gives 0).
+// dots [count][16] (this half's 8 columns) of heads [h0, h0 + count) from their block sums, each block's sum made
+// fp32 and scaled by its 2^E_b, then added by fma: under the checks exact, so N * 2^E_min (the VNNI kernel's
+// exact_dots_heads has the argument). key_bits [kBlocks]: the keys' ue8m0 codes << 23 per block; valid: the half's
+// valid lanes as a bit mask. kChecked: test every (head, valid lane) for exactness first and return false (dots
+// unspecified) when one fails; false when group_passes_all_checks has shown that none can. A block of q that is all
+// zero (bound 0) has sum 0 (iq = 0, Σ iq = 0) and a finite scale (QueryHeadInts::scale_bits), so it adds +0.
 template <int kBlocks, bool kChecked>
-inline bool dots_of_block_sums(const __m256i* sums, const __m256i* key_exp, const QueryHeadInts* q, int count,
+inline bool dots_of_block_sums(const __m256i* sums, const __m256i* key_bits, const QueryHeadInts* q, int count,
                                int valid, float* dots) {
   for (int h = 0; h < count; ++h) {
     const QueryHeadInts& qi = q[h];
-    float* out = dots + h * kIndexKeyLanes;
-    if (!qi.any_block) {
-      _mm256_storeu_ps(out, _mm256_setzero_ps());
-      continue;
-    }
-    __m256i e[kBlocks];
-    __m256i lo = _mm256_set1_epi32(1 << 30);
-    for (int b = 0; b < kBlocks; ++b) {
-      e[b] = _mm256_add_epi32(key_exp[b], _mm256_set1_epi32(qi.exponent[b]));
-      if (qi.bound[b] != 0) lo = _mm256_min_epi32(lo, e[b]);
-    }
-    __m256i n = _mm256_setzero_si256();
-    __m256i fail = _mm256_setzero_si256(), total = _mm256_setzero_si256();
-    for (int b = 0; b < kBlocks; ++b) {
-      const __m256i shift = _mm256_sub_epi32(e[b], lo);
-      n = _mm256_add_epi32(n, _mm256_sllv_epi32(sums[h * kBlocks + b], shift));
-      if constexpr (kChecked) {
-        if (qi.bound[b] == 0) continue;  // adds exactly 0, whatever its shift
-        // A shift > 11 fails, so the shifts in the bound sum are all <= 11 on valid lanes.
-        fail = _mm256_or_si256(fail, _mm256_cmpgt_epi32(shift, _mm256_set1_epi32(11)));
-        if (!qi.small_total) total = _mm256_add_epi32(total, _mm256_sllv_epi32(_mm256_set1_epi32(qi.bound[b]), shift));
+    if constexpr (kChecked) {
+      if (qi.any_block) {
+        // Per lane E_min over the head's nonzero blocks and each such block's shift E_b - E_min.
+        __m256i e[kBlocks];
+        __m256i lo = _mm256_set1_epi32(1 << 30);
+        for (int b = 0; b < kBlocks; ++b) {
+          e[b] = _mm256_add_epi32(_mm256_srli_epi32(key_bits[b], 23), _mm256_set1_epi32(qi.exponent[b] - 128));
+          if (qi.bound[b] != 0) lo = _mm256_min_epi32(lo, e[b]);
+        }
+        __m256i fail = _mm256_setzero_si256(), total = _mm256_setzero_si256();
+        for (int b = 0; b < kBlocks; ++b) {
+          if (qi.bound[b] == 0) continue;  // adds exactly 0, whatever its shift
+          // A shift > 11 fails, so the shifts in the bound sum are all <= 11 on valid lanes.
+          const __m256i shift = _mm256_sub_epi32(e[b], lo);
+          fail = _mm256_or_si256(fail, _mm256_cmpgt_epi32(shift, _mm256_set1_epi32(11)));
+          if (!qi.small_total) total = _mm256_add_epi32(total, _mm256_sllv_epi32(_mm256_set1_epi32(qi.bound[b]), shift));
+        }
+        fail = _mm256_or_si256(fail, _mm256_cmpgt_epi32(total, _mm256_set1_epi32((1 << 24) - 1)));
+        fail = _mm256_or_si256(fail, _mm256_cmpgt_epi32(_mm256_set1_epi32(-126), lo));
+        fail = _mm256_or_si256(fail, _mm256_cmpgt_epi32(lo, _mm256_set1_epi32(103)));
+        if ((_mm256_movemask_ps(_mm256_castsi256_ps(fail)) & valid) != 0) return false;
       }
     }
-    if constexpr (kChecked) {
-      fail = _mm256_or_si256(fail, _mm256_cmpgt_epi32(total, _mm256_set1_epi32((1 << 24) - 1)));
-      fail = _mm256_or_si256(fail, _mm256_cmpgt_epi32(_mm256_set1_epi32(-126), lo));
-      fail = _mm256_or_si256(fail, _mm256_cmpgt_epi32(lo, _mm256_set1_epi32(103)));
-      if ((_mm256_movemask_ps(_mm256_castsi256_ps(fail)) & valid) != 0) return false;
+    __m256 sum = _mm256_setzero_ps();
+    for (int b = 0; b < kBlocks; ++b) {
+      const __m256 scale = _mm256_castsi256_ps(_mm256_add_epi32(key_bits[b], _mm256_set1_epi32(qi.scale_bits[b])));
+      sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h * kBlocks + b]), scale, sum);
     }
-    const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(lo, _mm256_set1_epi32(127)), 23));
-    _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(n), scale));
+    _mm256_storeu_ps(dots + h * kIndexKeyLanes, sum);
   }
   return true;
 }
@@ -161,11 +159,10 @@ bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* hea
       for (int h = 0; h < heads; ++h) _mm256_storeu_ps(half_dots + h * kIndexKeyLanes, _mm256_setzero_ps());
       continue;
     }
-    __m256i key_exp[kBlocks];
+    __m256i key_bits[kBlocks];
     for (int b = 0; b < kBlocks; ++b) {
-      key_exp[b] = _mm256_sub_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ub + b * kIndexKeyLanes + kHalfLanes * half)),
-          _mm256_set1_epi32(128));
+      key_bits[b] = _mm256_slli_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ub + b * kIndexKeyLanes + kHalfLanes * half)), 23);
     }
     const int valid = (1 << half_lanes) - 1;
     for (int h0 = 0; h0 < heads; h0 += kHeadChunk) {
@@ -173,8 +170,8 @@ bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* hea
       block_sums<kBlocks>(kq + 32 * half, heads_ints + h0, count, sums);
       float* chunk_dots = half_dots + h0 * kIndexKeyLanes;
       const bool exact =
-          checked ? dots_of_block_sums<kBlocks, true>(sums, key_exp, heads_ints + h0, count, valid, chunk_dots)
-                  : dots_of_block_sums<kBlocks, false>(sums, key_exp, heads_ints + h0, count, valid, chunk_dots);
+          checked ? dots_of_block_sums<kBlocks, true>(sums, key_bits, heads_ints + h0, count, valid, chunk_dots)
+                  : dots_of_block_sums<kBlocks, false>(sums, key_bits, heads_ints + h0, count, valid, chunk_dots);
       if (!exact) return false;
     }
   }
