@@ -43,28 +43,30 @@ DSFLASH_VNNI inline void transpose16x16(__m512i* r) {
 // 16 stored key rows (lanes valid, the rest read as ik = 0, scale code 127) -> kq [dim/4][16][4] bytes (ik + 12,
 // four elements of one key per 32-bit lane) and ub [dim/32][16] scale codes; false when a valid row has a scale
 // code >= kFirstNonFiniteScaleCode. dim <= 128 and a multiple of 32.
-// Each row's nibbles (dim/2 bytes, one zmm) become (ik + 12) bytes by a table lookup; unpacking low and high
-// nibbles interleaves them back in element order within each 128-bit lane (lane L = block L): `lo` holds elements
-// 32L..32L+15 (quads 8L..8L+3), `hi` elements 32L+16..32L+31 (quads 8L+4..8L+7). Transposing 16 keys' vectors
-// then gives one vector per quad with the 16 keys in its 32-bit lanes.
+// The 16 rows' nibbles (dim/2 bytes, one zmm each) are transposed first: vector i then holds, in lane l, the 8
+// nibbles of elements 8i..8i+7 of key l. Table lookups turn its low and high nibbles (even and odd elements) into
+// (ik + 12) bytes; unpacking them interleaves each dword's elements back in order, two keys per 128-bit lane and
+// half (lane L of the low unpack: key 4L's quads 2i, 2i+1, then key 4L+1's; the high unpack: keys 4L+2, 4L+3), and
+// one two-source dword permute per quad gathers its 16 keys in lane order.
 DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim, uint8_t* kq, int32_t* ub) {
   const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTwiceE2m1Plus12)));
   const __m512i nibble = _mm512_set1_epi8(0x0f);
-  const int64_t row_bytes = dim / 2, quads = dim / 4;
+  const int64_t row_bytes = dim / 2;
   const __mmask64 byte_mask = row_bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << row_bytes) - 1;
-  for (int half = 0; half < 2; ++half) {
-    __m512i v[kIndexKeyLanes];
-    for (int l = 0; l < kIndexKeyLanes; ++l) {
-      const __m512i bytes = l < lanes ? _mm512_maskz_loadu_epi8(byte_mask, rows[l]) : _mm512_setzero_si512();
-      const __m512i low = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, nibble));
-      const __m512i high = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble));
-      v[l] = half == 0 ? _mm512_unpacklo_epi8(low, high) : _mm512_unpackhi_epi8(low, high);
-    }
-    transpose16x16(v);
-    for (int i = 0; i < kIndexKeyLanes; ++i) {
-      const int64_t quad = 8 * (i / 4) + 4 * half + i % 4;
-      if (quad < quads) _mm512_storeu_si512(kq + quad * 64, v[i]);
-    }
+  __m512i v[kIndexKeyLanes];
+  for (int l = 0; l < kIndexKeyLanes; ++l) {
+    v[l] = l < lanes ? _mm512_maskz_loadu_epi8(byte_mask, rows[l]) : _mm512_setzero_si512();
+  }
+  transpose16x16(v);
+  // key k = 4L + m: m = 0, 1 from the low unpack's dwords 4L, 4L + 2; m = 2, 3 from the high unpack's (+16)
+  const __m512i even_quads = _mm512_setr_epi32(0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30);
+  const __m512i odd_quads = _mm512_add_epi32(even_quads, _mm512_set1_epi32(1));
+  for (int64_t i = 0; i < dim / 8; ++i) {
+    const __m512i even = _mm512_shuffle_epi8(table, _mm512_and_si512(v[i], nibble));
+    const __m512i odd = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v[i], 4), nibble));
+    const __m512i keys01 = _mm512_unpacklo_epi8(even, odd), keys23 = _mm512_unpackhi_epi8(even, odd);
+    _mm512_storeu_si512(kq + (2 * i) * 64, _mm512_permutex2var_epi32(keys01, even_quads, keys23));
+    _mm512_storeu_si512(kq + (2 * i + 1) * 64, _mm512_permutex2var_epi32(keys01, odd_quads, keys23));
   }
   // Scale codes: each row's dim/32 (<= 4) bytes in one 32-bit lane (missing rows: 127), then one vector per block.
   const int blocks = static_cast<int>(dim / 32);
@@ -90,10 +92,10 @@ DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim,
 // kH heads of one query against 16 keys: dots [kH][16]. key_bits [kBlocks]: the keys' ue8m0 codes << 23 per block
 // (lanes = keys). kChecked: test every (head, valid lane) for exactness first and return false (dots unspecified)
 // when one fails; false when group_passes_all_checks has shown that none can.
-// Each block's integer dot P_b (|P_b| <= bound_b < 2^24) becomes fp32 exactly and is scaled by 2^E_b, E_b in the
-// normal range, by one rounding-free multiply; the blocks are then added in fp32 (one fma each). Where the checks
-// hold, every partial sum is an integer multiple of 2^E_min below 2^24 * 2^E_min, so every fma is exact and the
-// result is N * 2^E_min, the reference's bits (index_score.h). A block of q that is all zero has P_b = 0 and a
+// Each block's integer dot P_b (|P_b| <= bound_b < 2^24) becomes fp32 exactly, and one fma adds P_b * 2^E_b (E_b in
+// the normal range, so the product is exact) to the head's sum. Where the checks hold, every partial sum is an
+// integer multiple of 2^E_min below 2^24 * 2^E_min, so every fma is exact and the result is N * 2^E_min, the
+// reference's bits (index_score.h). A block of q that is all zero has P_b = 0 and a
 // finite scale (QueryHeadInts::scale_bits), so it adds +0 whatever the key's code; a head without a nonzero block
 // gives +0, as the reference's sum from 0.0f does.
 template <int kH, int kBlocks, bool kChecked>
