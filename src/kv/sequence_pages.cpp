@@ -1,5 +1,7 @@
 #include "kv/sequence_pages.h"
 
+#include <algorithm>
+
 #include "kv/kv_cache.h"
 
 namespace dsflash::kv {
@@ -19,6 +21,16 @@ uint8_t* SequencePages::address(int source, int64_t entry, bool index_key) {
   uint8_t* base = block_data_[static_cast<size_t>(block)];
   return index_key ? base + s.index_offset + within * s.index_key_bytes
                    : base + s.main_offset + within * s.main_entry_bytes;
+}
+
+void SequencePages::index_keys(int source, int64_t first, int64_t count, const uint8_t** rows) const {
+  const GlobalSource& s = layout_->sources[static_cast<size_t>(source)];
+  int64_t block = first / s.entries_per_block, within = first % s.entries_per_block;
+  for (int64_t i = 0; i < count; ++block, within = 0) {
+    const uint8_t* key = block_data_[static_cast<size_t>(block)] + s.index_offset + within * s.index_key_bytes;
+    const int64_t run = std::min(count - i, s.entries_per_block - within);
+    for (int64_t j = 0; j < run; ++j, ++i, key += s.index_key_bytes) rows[i] = key;
+  }
 }
 
 Status SequencePages::reserve_positions(int64_t num_positions) { return owner_->reserve(*this, num_positions); }

@@ -53,6 +53,9 @@ class SequencePages {
   const uint8_t* index_key(int source, int64_t entry) const {
     return const_cast<SequencePages*>(this)->address(source, entry, true);
   }
+  // The indexer keys of entries [first, first + count) in order: rows [count], entries < capacity_entries(source).
+  // One block lookup per block instead of one per entry (the indexer gathers ~1M of them per step at 1M tokens).
+  void index_keys(int source, int64_t first, int64_t count, const uint8_t** rows) const;
 
   // Grows the page table to hold `num_positions` positions (no-op when it already does), through the manager.
   // Error, nothing changed, when the manager's budget cannot hold the extra blocks.

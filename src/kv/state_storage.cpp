@@ -71,6 +71,10 @@ const uint8_t* CompressedKv::index_key_row(int64_t entry) const {
   return static_cast<const SequencePages*>(pages_)->index_key(source_, entry);
 }
 
+void CompressedKv::index_key_rows(int64_t first, int64_t count, const uint8_t** rows) const {
+  static_cast<const SequencePages*>(pages_)->index_keys(source_, first, count, rows);
+}
+
 void CompressedKv::read_kv(int64_t entry, float* out, CompressedRowDequant dequant) const {
   const uint8_t* row = kv_row(entry);
   dequant(row, row + head_dim_ / 2, head_dim_, out);

@@ -95,6 +95,8 @@ class CompressedKv {
   // Stored rows of an entry < num_entries(): [kv_bytes] / [index_key_bytes].
   const uint8_t* kv_row(int64_t entry) const;
   const uint8_t* index_key_row(int64_t entry) const;
+  // The indexer key rows of entries [first, first + count) < num_entries(), in order: rows [count].
+  void index_key_rows(int64_t first, int64_t count, const uint8_t** rows) const;
   // Dequantised rows (exact): out [head_dim] / [index_head_dim] fp32. dequant: a kernel table's
   // (Backend::dequant_compressed_row); every one gives the oracle's bits.
   void read_kv(int64_t entry, float* out, CompressedRowDequant dequant = reference_kv_dequant().compressed_row) const;

@@ -39,8 +39,10 @@ void score_key_rows(const CompressedKv& source, const int32_t* columns, int64_t 
     const std::span<const uint8_t*> key_rows = scratch.take<const uint8_t*>(static_cast<size_t>(key_block));
     for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
       const int64_t c0 = kb * key_block, c1 = std::min(count, c0 + key_block);
-      for (int64_t c = c0; c < c1; ++c) {
-        key_rows[static_cast<size_t>(c - c0)] = source.index_key_row(columns != nullptr ? columns[c] : c);
+      if (columns != nullptr) {
+        for (int64_t c = c0; c < c1; ++c) key_rows[static_cast<size_t>(c - c0)] = source.index_key_row(columns[c]);
+      } else {
+        source.index_key_rows(c0, c1 - c0, key_rows.data());
       }
       IndexScoreRowsArgs args;
       args.q = q;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "formats/quant.h"
@@ -139,6 +140,13 @@ TEST(CompressedKvStorage, RoundTripsEntriesAcrossBlocks) {
   }
   EXPECT_EQ(kv.num_entries(), 48);
   EXPECT_EQ(kv.bytes(), 48u * (288 + 68));
+  // The rows of a run of entries, across block boundaries, are the rows one at a time.
+  for (const auto& [first, count] : {std::pair<int64_t, int64_t>{0, 48}, {5, 30}, {15, 2}, {16, 16}, {47, 1}, {3, 0}}) {
+    std::vector<const uint8_t*> rows(static_cast<size_t>(count) + 1, nullptr);
+    kv.index_key_rows(first, count, rows.data());
+    for (int64_t i = 0; i < count; ++i) EXPECT_EQ(rows[static_cast<size_t>(i)], kv.index_key_row(first + i)) << first + i;
+    EXPECT_EQ(rows[static_cast<size_t>(count)], nullptr) << "wrote past the run";
+  }
   std::vector<float> got(512), want(512), got_k(128), want_k(128);
   for (int64_t e = 0; e < 48; ++e) {
     entry(e, &m, &k);
