@@ -114,22 +114,29 @@ Lanes256 weighted_head16_256(const float* dots, int h, float w) {
 Lanes256 add256(Lanes256 a, Lanes256 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
 
 // --- AVX-512 F: 16 lanes in one zmm.
+// kQuietNans: NaN inputs give the quieted NaN with the low 16 bits dropped; without it the add may carry out of
+// them (weigh_heads16_finite_avx512 says where that cannot happen).
+template <bool kQuietNans>
 __attribute__((target("avx512f"))) inline __m512 round_bf16_512(__m512 x) {
   const __m512i b = _mm512_castps_si512(x);
   const __m512i top = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
   const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), top);
+  if constexpr (!kQuietNans) return _mm512_castsi512_ps(rounded);
   const __m512i quiet = _mm512_or_si512(_mm512_and_si512(b, top), _mm512_set1_epi32(0x00400000));
   const __mmask16 nan =
       _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
   return _mm512_castsi512_ps(_mm512_mask_mov_epi32(rounded, nan, quiet));
 }
 
+template <bool kQuietNans>
 __attribute__((target("avx512f"))) inline __m512 weighted_head16_512(const float* dots, int h, float w) {
-  const __m512 relu = _mm512_max_ps(_mm512_setzero_ps(), round_bf16_512(_mm512_loadu_ps(dots + h * kIndexKeyLanes)));
-  return round_bf16_512(_mm512_mul_ps(relu, _mm512_set1_ps(w)));
+  const __m512 dot = _mm512_loadu_ps(dots + h * kIndexKeyLanes);
+  const __m512 relu = _mm512_max_ps(_mm512_setzero_ps(), round_bf16_512<kQuietNans>(dot));
+  return round_bf16_512<kQuietNans>(_mm512_mul_ps(relu, _mm512_set1_ps(w)));
 }
 
+template <bool kQuietNans>
 __attribute__((target("avx512f"))) void weigh_heads16_512(const float* dots, const float* w, int heads, float* out) {
   const CascadeSchedule s(heads);
   __m512 acc[CascadeSchedule::kLevels];
@@ -137,7 +144,7 @@ __attribute__((target("avx512f"))) void weigh_heads16_512(const float* dots, con
   int64_t i = 0;
   while (i + s.step <= heads) {
     for (int64_t j = 0; j < s.step; ++j, ++i) {
-      acc[0] = _mm512_add_ps(acc[0], weighted_head16_512(dots, static_cast<int>(i), w[i]));
+      acc[0] = _mm512_add_ps(acc[0], weighted_head16_512<kQuietNans>(dots, static_cast<int>(i), w[i]));
     }
     for (int j = 1; j < CascadeSchedule::kLevels; ++j) {
       acc[j] = _mm512_add_ps(acc[j], acc[j - 1]);
@@ -145,9 +152,11 @@ __attribute__((target("avx512f"))) void weigh_heads16_512(const float* dots, con
       if ((i & (s.mask << (j * s.level_power))) != 0) break;
     }
   }
-  for (; i < heads; ++i) acc[0] = _mm512_add_ps(acc[0], weighted_head16_512(dots, static_cast<int>(i), w[i]));
+  for (; i < heads; ++i) {
+    acc[0] = _mm512_add_ps(acc[0], weighted_head16_512<kQuietNans>(dots, static_cast<int>(i), w[i]));
+  }
   for (int j = 1; j < CascadeSchedule::kLevels; ++j) acc[0] = _mm512_add_ps(acc[0], acc[j]);
-  _mm512_storeu_ps(out, round_bf16_512(acc[0]));
+  _mm512_storeu_ps(out, round_bf16_512<kQuietNans>(acc[0]));
 }
 
 }  // namespace
@@ -184,7 +193,12 @@ void weigh_heads16_avx2(const float* dots, const float* w, int heads, float* out
 
 WeighHeads16Kernel weigh_heads16_avx512() {
   static const bool supported = __builtin_cpu_supports("avx512f");
-  return supported ? weigh_heads16_512 : nullptr;
+  return supported ? weigh_heads16_512<true> : nullptr;
+}
+
+WeighHeads16Kernel weigh_heads16_finite_avx512() {
+  static const bool supported = __builtin_cpu_supports("avx512f");
+  return supported ? weigh_heads16_512<false> : nullptr;
 }
 
 void index_scores_reference(const IndexScoreArgs& a) {

@@ -35,6 +35,11 @@ void weigh_heads16_reference(const float* dots, const float* w, int heads, float
 void weigh_heads16_avx2(const float* dots, const float* w, int heads, float* out);  // the x86-64-v3 baseline
 using WeighHeads16Kernel = void (*)(const float* dots, const float* w, int heads, float* out);
 WeighHeads16Kernel weigh_heads16_avx512();  // nullptr when the CPU lacks AVX-512 F
+// The same bits where every dot is finite and every weight a bf16 value (its low 16 bits zero), as in the indexer's
+// exact-integer path, with the bf16 roundings' NaN handling left out. It cannot change a result there: every NaN
+// that can arise is made by the arithmetic (inf * 0, inf - inf: the default NaN) or carries a weight's payload, so
+// it is quiet with its low 16 bits zero, and the rounding's add of at most 0x8000 cannot carry out of them.
+WeighHeads16Kernel weigh_heads16_finite_avx512();  // nullptr when the CPU lacks AVX-512 F
 
 // One call of the indexer's scoring: a tile of queries against a block of keys.
 //   score[t][j] = bf16( Σ_h bf16( relu(bf16(q[t][h] · key[j])) * weights[t][h] ) ),

@@ -41,8 +41,10 @@ struct QueryHeadInts {
 };
 
 // One query's exponents over its heads' nonzero blocks, for the group-level check of the dots: the smallest and
-// largest exponent, the largest spread (max - min) within one head, and whether every head has small_total.
+// largest exponent, the largest spread (max - min) within one head, and whether every head has small_total; and
+// whether its head weights let exact dots take ExactIndexKernels::weigh_finite.
 struct QueryExponents {
+  bool bf16_weights = false;  // every head weight has its low 16 bits zero
   bool any = false;  // some head has a nonzero block (else every dot is 0 and no check applies)
   int32_t min = 0, max = 0, spread = 0;
   bool small_total = true;
@@ -68,6 +70,8 @@ struct ExactIndexKernels {
   PackGroup pack_group = nullptr;
   ExactDots16 exact_dots[kMaxIndexBlocks + 1] = {};  // [dim / 32]; [0] unused
   WeighHeads16Kernel weigh = nullptr;
+  // The same weighing for exact dots (finite) and bf16-valued weights (index_score.h weigh_heads16_finite_avx512).
+  WeighHeads16Kernel weigh_finite = nullptr;
 };
 
 // A packed group's key exponents (u - 128) over its valid lanes: the smallest, the largest, and the largest spread

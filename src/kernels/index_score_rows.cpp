@@ -168,6 +168,8 @@ void score_rows_exact(const IndexScoreRowsArgs& a, const ExactIndexKernels& kern
   for (int64_t t = 0; t < a.num_queries; ++t) {
     QueryExponents& qx = q_exponents[static_cast<size_t>(t)];
     qx = QueryExponents{};
+    qx.bf16_weights = std::all_of(a.weights + t * a.heads, a.weights + (t + 1) * a.heads,
+                                  [](float w) { return (std::bit_cast<uint32_t>(w) & 0xffffu) == 0; });
     for (int64_t h = 0; h < a.heads; ++h) {
       const size_t qh = static_cast<size_t>(t * a.heads + h);
       QueryHeadInts& qi = q_ints[qh];
@@ -225,6 +227,7 @@ void score_rows_exact(const IndexScoreRowsArgs& a, const ExactIndexKernels& kern
     bool packed_ready = false;
     for (int64_t t = 0; t < a.num_queries; ++t) {
       const bool checked = !group_passes_all_checks(group_keys, q_exponents[static_cast<size_t>(t)]);
+      WeighHeads16Kernel weigh = q_exponents[static_cast<size_t>(t)].bf16_weights ? kernels.weigh_finite : kernels.weigh;
       if (!scales_finite || !exact_dots(kq.data(), ub.data(), &q_ints[static_cast<size_t>(t * a.heads)], checked,
                                         a.heads, lanes, dots.data())) {
         if (!packed_ready) {
@@ -233,13 +236,14 @@ void score_rows_exact(const IndexScoreRowsArgs& a, const ExactIndexKernels& kern
           packed_ready = true;
         }
         index_dots16(packed.data(), a.q + t * a.heads * a.dim, a.heads, a.dim, dots.data());
+        weigh = kernels.weigh;  // fp32 dots may be inf or NaN
       }
       float* scores = a.scores + t * a.score_stride + g0;
       if (lanes == kIndexKeyLanes) {
-        kernels.weigh(dots.data(), a.weights + t * a.heads, a.heads, scores);
+        weigh(dots.data(), a.weights + t * a.heads, a.heads, scores);
       } else {
         float group_scores[kIndexKeyLanes];
-        kernels.weigh(dots.data(), a.weights + t * a.heads, a.heads, group_scores);
+        weigh(dots.data(), a.weights + t * a.heads, a.heads, group_scores);
         std::copy(group_scores, group_scores + lanes, scores);
       }
     }

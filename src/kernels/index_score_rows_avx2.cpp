@@ -185,6 +185,7 @@ const ExactIndexKernels& avx2_exact_index_kernels() {
       .pack_group = pack_group,
       .exact_dots = {nullptr, exact_dots16<1>, exact_dots16<2>, exact_dots16<3>, exact_dots16<4>},
       .weigh = weigh_heads16_avx2,
+      .weigh_finite = weigh_heads16_avx2,
   };
   return kernels;
 }

@@ -119,6 +119,37 @@ TEST(IndexScore, WeighHeads16TwinsAreTheScalarFormula) {
   }
 }
 
+// weigh_heads16_finite_avx512 on what it is for: finite dots (subnormal, huge, ties, signed zeros) and bf16-valued
+// weights including NaN, +-inf, 0 and huge ones, so that products overflow (inf * 0 and inf - inf make NaNs): the
+// scalar formula's bits, NaN for NaN.
+TEST(IndexScore, WeighHeads16FiniteIsTheScalarFormulaOnFiniteDotsAndBf16Weights) {
+  const WeighHeads16Kernel finite = weigh_heads16_finite_avx512();
+  if (finite == nullptr) GTEST_SKIP() << "no AVX-512 F";
+  const float tie = 1.0f + std::ldexp(1.0f, -8);
+  const float dot_palette[] = {0.0f, -0.0f, tie, -tie, 3.4e38f, -3.4e38f, 1e-40f, -1e-40f, 1e-45f, 1.0f, -2.5f, 0.3f};
+  const float w_palette[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 3.0e38f, -3.0e38f, 1.0f, -0.5f};
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int nan_scores = 0;
+  for (int heads : {1, 16, 17, 32, 33, 64, 257}) {
+    for (int trial = 0; trial < 8; ++trial) {
+      std::vector<float> dots(static_cast<size_t>(heads * kIndexKeyLanes)), w(static_cast<size_t>(heads));
+      for (float& v : dots) v = rng() % 3 == 0 ? dot_palette[rng() % std::size(dot_palette)] : normal(rng) * 4.0f;
+      for (float& v : w) v = round_to_bf16(rng() % 6 == 0 ? w_palette[rng() % std::size(w_palette)] : normal(rng));
+      float want[kIndexKeyLanes], got[kIndexKeyLanes];
+      weigh_heads16_reference(dots.data(), w.data(), heads, want);
+      finite(dots.data(), w.data(), heads, got);
+      for (int l = 0; l < kIndexKeyLanes; ++l) {
+        nan_scores += std::isnan(want[l]);
+        if (std::isnan(want[l]) && std::isnan(got[l])) continue;  // NaN payloads are unspecified
+        EXPECT_TRUE(same_bits(want[l], got[l])) << "heads " << heads << " trial " << trial << " lane " << l << ": "
+                                                << got[l] << " vs " << want[l];
+      }
+    }
+  }
+  EXPECT_GT(nan_scores, 0) << "no NaN score: the NaN cases went untested";
+}
+
 TEST(IndexScore, WeighHeads16KeepsSignedZeroAndRoundsTies) {
   // relu(-0.0) stays -0.0 (std::max(-0.0f, 0.0f) is -0.0f), so -0.0 * w > 0 is -0.0, and a sum of only -0.0 terms
   // from 0.0 is +0.0; a tie rounds to even.
