@@ -95,9 +95,9 @@ DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim,
 // Each block's integer dot P_b (|P_b| <= bound_b < 2^24) becomes fp32 exactly, and one fma adds P_b * 2^E_b (E_b in
 // the normal range, so the product is exact) to the head's sum. Where the checks hold, every partial sum is an
 // integer multiple of 2^E_min below 2^24 * 2^E_min, so every fma is exact and the result is N * 2^E_min, the
-// reference's bits (index_score.h). A block of q that is all zero has P_b = 0 and a
-// finite scale (QueryHeadInts::scale_bits), so it adds +0 whatever the key's code; a head without a nonzero block
-// gives +0, as the reference's sum from 0.0f does.
+// reference's bits (index_score.h). A block of q that is all zero has P_b = 0 and a finite scale
+// (QueryHeadInts::scale_bits), so it adds +0 whatever the key's code; a head without a nonzero block gives +0, as
+// the reference's sum from 0.0f does.
 template <int kH, int kBlocks, bool kChecked>
 DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_bits, const QueryHeadInts* q,
                                           __mmask16 valid, float* dots) {

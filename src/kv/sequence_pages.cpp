@@ -25,10 +25,9 @@ uint8_t* SequencePages::address(int source, int64_t entry, bool index_key) {
 
 void SequencePages::index_keys(int source, int64_t first, int64_t count, const uint8_t** rows) const {
   const GlobalSource& s = layout_->sources[static_cast<size_t>(source)];
-  int64_t block = first / s.entries_per_block, within = first % s.entries_per_block;
-  for (int64_t i = 0; i < count; ++block, within = 0) {
-    const uint8_t* key = block_data_[static_cast<size_t>(block)] + s.index_offset + within * s.index_key_bytes;
-    const int64_t run = std::min(count - i, s.entries_per_block - within);
+  for (int64_t i = 0; i < count;) {  // one run per block: its first key's address, then a stride
+    const uint8_t* key = index_key(source, first + i);
+    const int64_t run = std::min(count - i, s.entries_per_block - (first + i) % s.entries_per_block);
     for (int64_t j = 0; j < run; ++j, ++i, key += s.index_key_bytes) rows[i] = key;
   }
 }
