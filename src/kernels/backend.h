@@ -11,6 +11,8 @@
 // row count on AMX tiles: faster from 16 rows up (prefill, batched decode), slower for one row (figures in
 // linear_amx.cpp). Its in-block summation order is the tile unit's, so its bits differ from "avx512"'s where a
 // block's fp32 sum is inexact (within the same bound; a row's result still never depends on its batch).
+// "avx512" itself runs MXFP4 GEMMs of 5 rows or more on AMX tiles where the CPU has them, with its own bits: the tile
+// unit forms only the blocks whose sums are exact in any order (kernels/linear_impl.h, exact_fp4_blocks).
 #pragma once
 
 #include <cstdint>

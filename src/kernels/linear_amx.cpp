@@ -1,5 +1,7 @@
 // The multi-row FP8 / MXFP4 GEMM step on Intel AMX tiles (AMX-TILE + AMX-BF16: Sapphire Rapids and later), used by
-// the "amx" kernel table (linear_avx512.cpp, amx_kernels()) for every row count.
+// the "amx" kernel table (linear_avx512.cpp, amx_kernels()) for every row count, and by the AVX-512 tables for MXFP4
+// GEMMs of kFp4AmxMinRows rows or more, there with GemmArgs::exact_blocks: the tile unit's sum serves only where
+// every order gives the same bits, the bf16 chain forms the other blocks.
 //
 // gemm_tiles_rows converts a chunk of a tile's weights into the scratch [block][pair j] of 16 outputs' bf16 pairs;
 // one block of it (16 x 64 bytes) is exactly a TDPBF16PS B tile, and 16 rows of bf16 activations at one block
@@ -150,7 +152,8 @@ AmxTiles::~AmxTiles() { release_tiles(); }
 
 DSFLASH_AMX void amx_rows_chunk(const TileScratch* scratch, int nt, int nb, const float (*const* sw)[kTile],
                                 const uint16_t* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
-                                int64_t rows, bool first, const __mmask16* masks, BlockScales scales) {
+                                int64_t rows, bool first, const __mmask16* masks, BlockScales scales,
+                                const uint8_t* exact_blocks) {
   const float* e8m0 = linear_decode_tables().e8m0_f32;
   // C tiles of two blocks: block b's are formed while block b - 1's are scaled into y (reading a tile store back
   // waits for it to complete; this way the tile unit runs ahead of the scaling instead of in turn with it).
@@ -167,8 +170,38 @@ DSFLASH_AMX void amx_rows_chunk(const TileScratch* scratch, int nt, int nb, cons
                                     : masks[t] == 0xffff ? _mm512_loadu_ps(src)
                                                          : _mm512_maskz_loadu_ps(masks[t], src));
       }
+    // Block b's partials of the rows whose block may sum inexactly (exact_blocks), every tile, by rows_chunk's
+    // vdpbf16ps chain (16 pairs in j order from a zero accumulator) over the same scratch, in place of the tile
+    // unit's: the bits of the bf16 chain. Up to eight chains at a time, so that their latencies overlap.
+    auto chain_inexact_blocks = [&](int b) DSFLASH_AMX {
+      struct Chain {
+        const __m512i* weights;  // the block's 16 pair vectors
+        const uint16_t* pairs;   // the row's 32 bf16 activations of the block
+        float* partial;
+      };
+      Chain chains[kTileRows * kAmxTilesPerPass];
+      int count = 0;
+      for (int i = 0; i < m; ++i)
+        if (exact_blocks[(r0 + i) * kb + b] == 0)
+          for (int t = 0; t < nt; ++t) chains[count++] = {scratch[t] + 16 * b, a + i * k + 32 * b, partial[b % 2][t][i]};
+      // N chains at once from chains[c0]: groups of 8, then pairs, then one.
+      auto run_chains = [&]<int N>(int c0) DSFLASH_AMX {
+        __m512 acc[N];
+        for (int q = 0; q < N; ++q) acc[q] = _mm512_setzero_ps();
+        for (int j = 0; j < 16; ++j)
+          for (int q = 0; q < N; ++q)
+            acc[q] = _mm512_dpbf16_ps(acc[q], (__m512bh)_mm512_load_si512(chains[c0 + q].weights + j),
+                                      (__m512bh)_mm512_broadcastd_epi32(_mm_loadu_si32(chains[c0 + q].pairs + 2 * j)));
+        for (int q = 0; q < N; ++q) _mm512_store_ps(chains[c0 + q].partial, acc[q]);
+      };
+      int c0 = 0;
+      for (; c0 + 8 <= count; c0 += 8) run_chains.template operator()<8>(c0);
+      for (; c0 + 2 <= count; c0 += 2) run_chains.template operator()<2>(c0);
+      if (c0 < count) run_chains.template operator()<1>(c0);
+    };
     // y = y + (partial * sa) * sw of block b (blocks in K order).
     auto scale_into_y = [&](int b) DSFLASH_AMX {
+      if (exact_blocks != nullptr) chain_inexact_blocks(b);
       for (int i = 0; i < m; ++i) {
         const __m512 row_scale = _mm512_set1_ps(e8m0[sa[(r0 + i) * kb + b]]);
         for (int t = 0; t < nt; ++t) {

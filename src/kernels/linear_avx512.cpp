@@ -27,7 +27,9 @@
 // many rows share each decoded weight (the multi-row path; passes of 2-4 rows on tile-major weights), with the
 // same bits.
 // The "amx" table (amx_kernels(), at the end) is this file's FP8 / MXFP4 GEMM with every row count on the
-// multi-row path and the rows' pass on AMX tiles (linear_amx.cpp) instead of rows_chunk.
+// multi-row path and the rows' pass on AMX tiles (linear_amx.cpp) instead of rows_chunk. Where the CPU has AMX, the
+// AVX-512 tables run MXFP4 GEMMs of kFp4AmxMinRows rows or more (tile-major) that way too, the tile unit forming
+// only the blocks whose sums are exact in any order (exact_fp4_blocks), so their bits stay the chain's.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -418,7 +420,7 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
                                                      : BlockScales::kActAndWeight;
       if constexpr (kAmx) {
         amx_rows_chunk(scratch, nt, nb, sws, g.act + 32 * b0, g.in, g.act_scales + b0, g.kb, g.y + o0, g.out, g.rows,
-                       first, masks, scales);
+                       first, masks, scales, g.exact_blocks != nullptr ? g.exact_blocks + b0 : nullptr);
         continue;
       }
       // Tile-major: the next chunk to convert (this pass's tiles further on, or the next pass's first), fetched
@@ -640,7 +642,12 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     return !kAmx && multiply == RowsMultiply::kFp32Fma &&
            (x.codes != nullptr || bf16_products_stay_normal(x.bf16_values, x.rows * groups * in));
   };
-  if (!kAmx && tile_major && x.rows <= tiled_passes_max_rows(kFp4)) {
+  // MXFP4 rows on AMX tiles in the AVX-512 table: the tile unit forms the blocks whose sums are exact in any order,
+  // the bf16 chain the others (GemmArgs::exact_blocks), so every bit is this table's and a row's result still does
+  // not depend on the rows it runs with.
+  const bool fp4_on_tiles = kFp4 && !kAmx && tile_major && x.codes != nullptr && groups == 1 &&
+                            x.rows >= kFp4AmxMinRows && amx_usable();
+  if (!kAmx && !fp4_on_tiles && tile_major && x.rows <= tiled_passes_max_rows(kFp4)) {
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row of a pass
     // (up to kTiledDecodeMaxRows rows; more rows take several passes over each group of tiles, which beats
     // converting the weight into the multi-row path's scratch up to tiled_passes_max_rows).
@@ -705,9 +712,10 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   // past the end that its 16-row tile loads may read. Multiplied by fp32 FMAs, the rows are fp32 (the bf16 ones
   // widened; fp32 activations holding bf16 values serve as they are).
   const NaturalActivations natural = natural_activations(true);
-  const bool fma = fma_keeps_bits();
+  const bool amx_rows = kAmx || fp4_on_tiles;
+  const bool fma = !fp4_on_tiles && fma_keeps_bits();
   const bool bf16_rows = !fma || x.codes != nullptr || groups > 1;
-  const int64_t padding_rows = kAmx ? kAmxPaddingRows : 0;
+  const int64_t padding_rows = amx_rows ? kAmxPaddingRows : 0;
   std::span<uint16_t> act;
   std::span<float> act_f32;
   if (bf16_rows) {  // [groups, rows, in] and the padding rows past the last group (AMX)
@@ -715,9 +723,13 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     std::fill(act.begin() + x.rows * groups * in, act.end(), uint16_t{0});
   }
   if (fma && bf16_rows) act_f32 = scratch.take<float>(static_cast<size_t>(x.rows * groups * in));
+  std::span<uint8_t> exact_blocks;
+  if (fp4_on_tiles) exact_blocks = scratch.take<uint8_t>(static_cast<size_t>(x.rows * g.kb));
   auto prepare = [&](int64_t r0, int64_t r1) {
     if (!bf16_rows) return;
     natural.prepare(act.data(), r0, r1);
+    if (fp4_on_tiles)
+      for (int64_t r = r0; r < r1; ++r) exact_fp4_blocks(x.codes->codes + r * in, in, exact_blocks.data() + r * g.kb);
     if (fma)
       for (int64_t group = 0; group < groups; ++group) {
         const int64_t first = (group * x.rows + r0) * in;
@@ -730,11 +742,13 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     prepare(0, x.rows);
   g.act = act.data();
   if (fma) g.act_f32 = bf16_rows ? act_f32.data() : x.bf16_values;
+  if (fp4_on_tiles) g.exact_blocks = exact_blocks.data();
   // The tiles per pass: on AMX, 8 once the tile loads of the activations outweigh the scratch's cache misses.
   auto rows_pass = [&](const GemmArgs& part, int64_t tile_begin, int64_t tile_end) {
-    for_groups(part, tile_begin, tile_end, [](const GemmArgs& a, int64_t begin, int64_t end) {
-      if (kAmx && a.rows >= kAmxWideRows) gemm_tiles_rows<kFp4, kAmx, kAmxTilesPerPass>(a, begin, end);
-      else gemm_tiles_rows<kFp4, kAmx>(a, begin, end);
+    for_groups(part, tile_begin, tile_end, [amx_rows](const GemmArgs& a, int64_t begin, int64_t end) {
+      if (!amx_rows) gemm_tiles_rows<kFp4, false>(a, begin, end);
+      else if (a.rows >= kAmxWideRows) gemm_tiles_rows<kFp4, true, kAmxTilesPerPass>(a, begin, end);
+      else gemm_tiles_rows<kFp4, true>(a, begin, end);
     });
   };
   if (pool && tiles < 4 * pool->num_threads()) {

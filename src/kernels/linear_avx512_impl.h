@@ -63,6 +63,10 @@ struct GemmArgs {
   const int8_t* exact_pieces = nullptr;
   const int32_t* exact_biases = nullptr;
   const float* exact_units = nullptr;
+  // MXFP4 rows on AMX tiles in a table whose bits are the bf16 chain's (not "amx"): [rows, kb], 1 where a block's
+  // products sum exactly in any order (exact_fp4_blocks), so the tile unit's sum is the chain's; the other blocks
+  // take the chain. nullptr: every block as the tile unit sums it.
+  const uint8_t* exact_blocks = nullptr;
   // Every act_scales code is 127 (1.0): the activations carry their scales (prepare_activation_bf16) or have none.
   // rows_chunk then skips the exact multiply by 1.0 (an optimisation only; the bits are the same).
   bool unit_act_scales = false;
@@ -76,6 +80,7 @@ struct GemmArgs {
     if (act != nullptr) act += r0 * in;  // either may be absent (null)
     if (act_f32 != nullptr) act_f32 += r0 * in;
     act_scales += r0 * kb;
+    if (exact_blocks != nullptr) exact_blocks += r0 * kb;
     y += r0 * out;
   }
 };
@@ -237,14 +242,22 @@ constexpr int64_t kAmxPaddingRows = 15;
 // re-read from L3), 4 at ~0.09, 8 at ~0.11-0.12; for one row, 8 took 2.2x the time of 2.
 constexpr int kAmxTilesPerPass = 8;
 constexpr int64_t kAmxWideRows = 16;
+// From here on the AVX-512 tables run MXFP4 GEMMs on tile-major weights on AMX tiles where the CPU has them
+// (run_block_gemm, GemmArgs::exact_blocks). On a 2-core Xeon (bench_linear --threads=2, avx512fma rows; act_quant'ed
+// hidden states for w13 4608 x 2 x 5120, SwiGLU outputs for w2 5120 x 2304), against the passes of the decode path:
+// 5 rows w13 1.76-1.97 -> 1.18-1.20 ms, w2 0.77-0.80 -> 0.59-0.65; 8 rows 2.15-2.29 -> 1.41-1.48, 1.01-1.12 ->
+// 0.77-0.78. At 4 rows the decode path ties or wins (w13 1.01 ms both, w2 0.50 against 0.54 on tiles).
+constexpr int64_t kFp4AmxMinRows = 5;
 // The multi-row path's chunk step on AMX tiles, for all `rows` rows, in groups of 16 (act must have
 // kAmxPaddingRows readable rows past `rows`; their results are dropped): per block, TDPBF16PS forms the 16 x 16
 // block partials of 16 rows and one weight tile from a fresh zero tile, then y = y + (partial * sa) * sw as
-// rows_chunk does. Same arguments as rows_chunk, plus `nt` adjacent weight tiles (1..kAmxTilesPerPass). The
-// calling thread configures its tiles first (AmxTiles).
+// rows_chunk does. Same arguments as rows_chunk, plus `nt` adjacent weight tiles (1..kAmxTilesPerPass) and
+// exact_blocks (GemmArgs::exact_blocks of row 0 at the chunk's first block, stride kb; or nullptr), where a block
+// that is not exact takes rows_chunk's vdpbf16ps chain on the same scratch instead. The calling thread configures
+// its tiles first (AmxTiles).
 void amx_rows_chunk(const TileScratch* scratch, int nt, int nb, const float (*const* sw)[kTile], const uint16_t* act,
                     int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out, int64_t rows, bool first,
-                    const __mmask16* masks, BlockScales scales);
+                    const __mmask16* masks, BlockScales scales, const uint8_t* exact_blocks);
 // The tile configuration amx_rows_chunk expects for `rows` rows, held by the calling thread for the object's
 // lifetime.
 class AmxTiles {

@@ -48,9 +48,50 @@ constexpr int64_t kTiledPrefetchBytes = 2048;
 // vpdpbusd multiplies unsigned by signed bytes, so the weights enter as W + 12 in [0, 24] and N as two signed bytes,
 // N = 256 * high + low with low in [-128, 127] (high is then in [-128, 127] too: N <= 15 << 11 = 30720):
 // Σ N * W = 256 * Σ (W + 12) * high + Σ (W + 12) * low - 12 * Σ N, every term far inside int32.
+namespace {
+// A block's activations as the integers N of the comment above, 16 per half h (k order), with s (smallest), the
+// largest |N| and Σ |N|.
+struct ExactFp4Block {
+  __m512i n[2];
+  bool nan = false;
+  int smallest = 1, largest = 0, magnitude_sum = 0;
+};
+
+DSFLASH_AVX512 inline ExactFp4Block exact_fp4_block(const uint8_t* block) {
+  const __m512i magnitude_bits = _mm512_set1_epi32(0x7f), mantissa_bits = _mm512_set1_epi32(7);
+  __m512i code[2], sig[2], step[2];
+  bool nan = false;
+  int smallest = 16;  // above every e'
+  for (int h = 0; h < 2; ++h) {
+    code[h] = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * h)));
+    const __m512i magnitude = _mm512_and_si512(code[h], magnitude_bits);
+    nan |= _mm512_cmpeq_epi32_mask(magnitude, magnitude_bits) != 0;
+    const __m512i exponent = _mm512_srli_epi32(magnitude, 3);
+    const __m512i mantissa = _mm512_and_si512(magnitude, mantissa_bits);
+    sig[h] = _mm512_mask_or_epi32(mantissa, _mm512_test_epi32_mask(exponent, exponent), mantissa,
+                                  _mm512_set1_epi32(8));
+    step[h] = _mm512_max_epi32(exponent, _mm512_set1_epi32(1));
+    const __mmask16 nonzero = _mm512_test_epi32_mask(magnitude, magnitude);
+    if (nonzero != 0) smallest = std::min(smallest, _mm512_mask_reduce_min_epi32(nonzero, step[h]));
+  }
+  ExactFp4Block result;
+  result.nan = nan;
+  result.smallest = smallest == 16 ? 1 : smallest;  // all zero: any unit
+  for (int h = 0; h < 2; ++h) {
+    // Zero codes have sig 0; a negative shift count (a zero's e' of 1 below s) shifts everything out too.
+    // |N| <= 15 << 14, Σ |N| < 2^23.
+    const __m512i n = _mm512_sllv_epi32(sig[h], _mm512_sub_epi32(step[h], _mm512_set1_epi32(result.smallest)));
+    result.largest = std::max(result.largest, _mm512_reduce_max_epi32(n));
+    result.magnitude_sum += _mm512_reduce_add_epi32(n);
+    result.n[h] = _mm512_mask_sub_epi32(n, _mm512_test_epi32_mask(code[h], _mm512_set1_epi32(0x80)),
+                                        _mm512_setzero_si512(), n);
+  }
+  return result;
+}
+}  // namespace
+
 DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int8_t* pieces, int32_t* biases,
                                           float* units) {
-  const __m512i magnitude_bits = _mm512_set1_epi32(0x7f), mantissa_bits = _mm512_set1_epi32(7);
   // Bytes [low | high] of 16 N (k order) -> per 8 k: low, then high, each in the tiled lanes' k order 0 4 1 5 2 6 3 7.
   alignas(32) static constexpr auto kOrder = [] {
     std::array<uint8_t, 32> order{};
@@ -62,28 +103,10 @@ DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int8_
   }();
   const __m256i piece_order = _mm256_load_si256(reinterpret_cast<const __m256i*>(kOrder.data()));
   for (int64_t b = 0; b < k / 32; ++b) {
-    __m512i code[2], sig[2], step[2];
-    bool nan = false;
-    int smallest = 16;  // above every e'
+    const ExactFp4Block block = exact_fp4_block(codes + 32 * b);
+    int sum = 0;
     for (int h = 0; h < 2; ++h) {
-      code[h] = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 32 * b + 16 * h)));
-      const __m512i magnitude = _mm512_and_si512(code[h], magnitude_bits);
-      nan |= _mm512_cmpeq_epi32_mask(magnitude, magnitude_bits) != 0;
-      const __m512i exponent = _mm512_srli_epi32(magnitude, 3);
-      const __m512i mantissa = _mm512_and_si512(magnitude, mantissa_bits);
-      sig[h] = _mm512_mask_or_epi32(mantissa, _mm512_test_epi32_mask(exponent, exponent), mantissa,
-                                    _mm512_set1_epi32(8));
-      step[h] = _mm512_max_epi32(exponent, _mm512_set1_epi32(1));
-      const __mmask16 nonzero = _mm512_test_epi32_mask(magnitude, magnitude);
-      if (nonzero != 0) smallest = std::min(smallest, _mm512_mask_reduce_min_epi32(nonzero, step[h]));
-    }
-    if (smallest == 16) smallest = 1;  // all zero: any unit
-    int largest = 0, sum = 0;
-    for (int h = 0; h < 2; ++h) {
-      // Zero codes have sig 0; a negative shift count (a zero's e' of 1 below s) shifts everything out too.
-      __m512i n = _mm512_sllv_epi32(sig[h], _mm512_sub_epi32(step[h], _mm512_set1_epi32(smallest)));
-      largest = std::max(largest, _mm512_reduce_max_epi32(n));
-      n = _mm512_mask_sub_epi32(n, _mm512_test_epi32_mask(code[h], _mm512_set1_epi32(0x80)), _mm512_setzero_si512(), n);
+      const __m512i n = block.n[h];
       sum += _mm512_reduce_add_epi32(n);
       const __m512i low = _mm512_sub_epi32(
           _mm512_and_si512(_mm512_add_epi32(n, _mm512_set1_epi32(128)), _mm512_set1_epi32(0xff)), _mm512_set1_epi32(128));
@@ -93,7 +116,17 @@ DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int8_
                           _mm256_permutexvar_epi8(piece_order, bytes));
     }
     biases[b] = -kExactFp4WeightBias * sum;
-    units[b] = !nan && largest < (1 << 15) ? std::ldexp(1.0f, smallest - 11) : 0.0f;
+    units[b] = !block.nan && block.largest < (1 << 15) ? std::ldexp(1.0f, block.smallest - 11) : 0.0f;
+  }
+}
+
+// Every partial sum of a block's products, in any order and grouping, is a multiple of 2^(s-11) of magnitude at
+// most 12 Σ |N| of them: exact in fp32 below 2^24 of them (a wider set than the one-row integer path's, which needs
+// each N in two bytes).
+DSFLASH_AVX512 void exact_fp4_blocks(const uint8_t* codes, int64_t k, uint8_t* exact) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const ExactFp4Block block = exact_fp4_block(codes + 32 * b);
+    exact[b] = !block.nan && 12 * block.magnitude_sum < (1 << 24) ? 1 : 0;
   }
 }
 

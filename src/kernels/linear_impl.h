@@ -31,6 +31,10 @@ const LinearKernels* avx512_kernels();
 // (a power of two per block, 0 where the block keeps the bf16 path: NaN codes, or |N| >= 2^15; pieces and biases
 // are then unspecified). Only where avx512_kernels() is not nullptr.
 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int8_t* pieces, int32_t* biases, float* units);
+// Whether the products of each 32-K block of e4m3 codes [k] with any MXFP4 weight block sum exactly in fp32 in any
+// order (exact [k/32], 1 or 0: no NaN code, and 12 Σ |N| < 2^24 with N as above), so that the AMX tile unit gives the
+// bf16 chain's bits there (the multi-row MXFP4 GEMM on tiles, linear_amx.cpp).
+void exact_fp4_blocks(const uint8_t* codes, int64_t k, uint8_t* exact);
 // The AVX-512 table with the FP8 / MXFP4 GEMMs on AMX-BF16 tiles (Sapphire Rapids and later, where the OS grants
 // tile data). nullptr when absent.
 const LinearKernels* amx_kernels();

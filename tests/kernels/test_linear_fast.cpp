@@ -884,6 +884,52 @@ TEST(LinearFast, TileMajorNanCodesMatchReference) {
     }
 }
 
+// MXFP4 GEMMs of many rows may run on AMX tiles (the AVX-512 table, where the CPU has them), whose in-block sum order
+// is the tile unit's; blocks whose sums may be inexact then take the bf16 chain, so every row gives the bits it
+// gives alone (on the decode paths). The activation blocks here are built to round differently in different orders:
+// 16 of e4m3's largest magnitude and 16 of its smallest, in either order or interleaved, against weights of +-0.5
+// and +-6, beside random and narrow blocks.
+TEST(LinearFast, Fp4RowsGiveTheirAloneBitsWhereBlockSumsRound) {
+  constexpr int64_t kOut = 48, kIn = 320;
+  std::mt19937 rng(57);
+  test::Fp4WeightData w4 = test::random_fp4_weight(rng, kOut, kIn, 127, 127);
+  const uint8_t extreme_codes[] = {0x1, 0x7, 0x9, 0xf};  // e2m1 0.5, 6, -0.5, -6
+  for (auto& c : w4.packed)
+    c = static_cast<uint8_t>(extreme_codes[rng() % 4] | extreme_codes[rng() % 4] << 4);
+  const OrderedWeights w = in_order(test::random_fp8_weight(rng, kOut, kIn), w4, true);
+  for (const int64_t rows : {int64_t{5}, int64_t{16}, int64_t{37}}) {
+    test::Fp8ActData x;
+    x.rows = rows;
+    x.k = kIn;
+    x.codes.resize(static_cast<size_t>(rows * kIn));
+    x.scales.resize(static_cast<size_t>(rows * (kIn / 32)));
+    for (auto& c : x.scales) c = static_cast<uint8_t>(120 + rng() % 15);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < kIn / 32; ++b) {
+        uint8_t* block = x.codes.data() + r * kIn + 32 * b;
+        const int kind = static_cast<int>((r + b) % 5);
+        for (int i = 0; i < 32; ++i) {
+          const uint8_t sign = (rng() & 1) ? 0x80 : 0x00;
+          const bool large = kind == 0 ? i < 16 : kind == 1 ? i >= 16 : i % 2 == 1;
+          if (kind <= 2) block[i] = static_cast<uint8_t>((large ? 0x7e : 0x01) | (kind == 2 ? sign : 0));
+          if (kind == 3) block[i] = static_cast<uint8_t>(rng() % 0x7f) | sign;            // any finite magnitude
+          if (kind == 4) block[i] = static_cast<uint8_t>(0x40 + rng() % 24) | sign;      // exponents 8..10
+        }
+      }
+    for (const LinearKernels* k : fast_kernels()) {
+      const std::string where = std::string(k->name) + " rows " + std::to_string(rows);
+      std::vector<float> batch(static_cast<size_t>(rows * kOut), -7.0f), alone(static_cast<size_t>(kOut));
+      k->fp4_gemm(x.view(), w.fp4(), batch.data(), nullptr);
+      for (int64_t r = 0; r < rows; ++r) {
+        const Fp8Activations row{x.codes.data() + r * kIn, x.scales.data() + r * (kIn / 32), 1, kIn};
+        k->fp4_gemm(row, w.fp4(), alone.data(), nullptr);
+        ASSERT_EQ(std::memcmp(alone.data(), batch.data() + r * kOut, alone.size() * sizeof(float)), 0)
+            << where << " row " << r;
+      }
+    }
+  }
+}
+
 TEST(LinearFast, NanCodesAndScaleOrderEdgeCasesMatchReference) {
   for (const LinearKernels* k : fast_kernels())
     for (int rows : {1, 3, 7}) {  // the decode paths (AVX2: up to 4 rows) and the multi-row path
