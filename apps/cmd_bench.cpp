@@ -8,7 +8,9 @@
 //                         FLOPs / dot peak), both limits measured in this run (decode_roofline_fraction_batchB),
 //                         and the steps by phase (as for "decode step @ D" below); where the kernel table
 //                         multiplies with another instruction than the bf16 dot (fp32 FMAs, AMX), also against the
-//                         roofline with the bf16-dot peak (decode_bf16_dot_roofline_fraction_batchB);
+//                         roofline with the bf16-dot peak (decode_bf16_dot_roofline_fraction_batchB); where the
+//                         table runs MXFP4 GEMMs of that many rows on AMX tiles (ModelInfo::fp4_amx_min_rows), their
+//                         FLOPs count at the tile unit's peak, measured too (compute_bound; so for ppN);
 //   global KV             bytes per token the engine reserved (kv pages, whole blocks) for the longest prompt
 //                         (prompt + the one generated id), and what reserving a --reserve-context context allocates;
 //   decode step @ D       one batch-1 decode step at each --depth D (decode_step_ms_by_depth in --json), its ratio
@@ -246,6 +248,25 @@ std::optional<ComputePeak> higher(const std::optional<ComputePeak>& a, const std
   return higher(*a, *b);
 }
 
+// The compute side of a limit: `flops` of matmuls at the table's GEMM peak, except `fp4_flops` of them (MXFP4) at
+// the AMX tile unit's peak where the table runs them there (`tiles`: measured when the run's rows reach
+// ModelInfo::fp4_amx_min_rows; counting every MXFP4 FLOP there errs low on the time, as a bound should).
+struct ComputeBound {
+  double seconds = 0.0;
+  std::string text;  // "F GFLOP / P GFLOP/s" [" + M GFLOP (MXFP4) / T GFLOP/s on tiles"]
+};
+ComputeBound compute_bound(double flops, double fp4_flops, const ComputePeak& peak,
+                           const std::optional<ComputePeak>& tiles) {
+  char text[160];
+  if (!tiles) {
+    std::snprintf(text, sizeof(text), "%.1f GFLOP / %.1f GFLOP/s", flops * 1e-9, peak.gflops);
+    return {flops / (peak.gflops * 1e9), text};
+  }
+  std::snprintf(text, sizeof(text), "%.1f GFLOP / %.1f GFLOP/s + %.1f GFLOP (MXFP4) / %.1f GFLOP/s on tiles",
+                (flops - fp4_flops) * 1e-9, peak.gflops, fp4_flops * 1e-9, tiles->gflops);
+  return {(flops - fp4_flops) / (peak.gflops * 1e9) + fp4_flops / (tiles->gflops * 1e9), text};
+}
+
 std::string fmt(const Sample& s, int precision = 2) {
   char buf[96];
   std::snprintf(buf, sizeof(buf), "%.*f ± %.*f", precision, s.mean, precision, s.sd);
@@ -273,7 +294,7 @@ int run_bench(const BenchOptions& o) {
   // The bf16-dot peak measured now, where the table's GEMMs multiply with another instruction (the figures'
   // second limit), else nothing.
   auto bf16_dot_peak = [&](const ComputePeak& table) -> std::optional<ComputePeak> {
-    ComputePeak dot = (*engine)->measure_compute_peak(0.25, /*bf16_dot=*/true);
+    ComputePeak dot = (*engine)->measure_compute_peak(0.25, ComputeUnit::kBf16Dot);
     if (dot.kernel == table.kernel) return std::nullopt;
     return dot;
   };
@@ -438,8 +459,15 @@ int run_bench(const BenchOptions& o) {
     const std::vector<int32_t> prompt = random_prompt(n, info.vocab_size, static_cast<uint32_t>(n));
     std::vector<double> tps_default, tps_exact, ratio;
     double phase_s[4] = {};  // default plan, summed over repetitions: other, linear, indexer, attention
-    // The dot-product peak right before and right after this prompt's runs (higher).
+    // The dot-product peak right before and right after this prompt's runs (higher), and the tile unit's where the
+    // table runs this prompt's MXFP4 GEMMs there.
+    const bool on_tiles = info.fp4_amx_min_rows > 0 && n >= info.fp4_amx_min_rows;
+    auto tiles_peak = [&](bool measure) -> std::optional<ComputePeak> {
+      if (!measure) return std::nullopt;
+      return (*engine)->measure_compute_peak(0.25, ComputeUnit::kAmxTiles);
+    };
     const ComputePeak peak_before = (*engine)->measure_compute_peak();
+    const std::optional<ComputePeak> tiles_before = tiles_peak(on_tiles);
     double default_s = 0;
     for (int r = 0; r < o.repetitions; ++r) {
       int64_t global_bytes = 0;
@@ -466,21 +494,41 @@ int run_bench(const BenchOptions& o) {
     // plan from the activated parameters (2 per weight element: every prompt token through the encoder path, the
     // window tail through the rest of the decoder and the head; attention and indexer arithmetic not counted).
     const ComputePeak peak_after = (*engine)->measure_compute_peak();
+    const std::optional<ComputePeak> tiles_after = tiles_peak(on_tiles);
     const ComputePeak& peak = higher(peak_before, peak_after);
+    const std::optional<ComputePeak> tiles = higher(tiles_before, tiles_after);
     const std::optional<ComputePeak> dot = bf16_dot_peak(peak);
     const double tail = static_cast<double>(std::min(n, info.window_size));
-    const double flops = 2.0 * static_cast<double>(info.activated_params_prefill) * static_cast<double>(n) +
-                         2.0 * static_cast<double>(info.activated_params_decode - info.activated_params_prefill) * tail;
-    const double achieved_gflops = flops / (static_cast<double>(n) / d.mean) * 1e-9;
-    const double fraction = peak.gflops > 0 ? achieved_gflops / peak.gflops : 0.0;
+    auto matmul_flops = [&](int64_t prefill_params, int64_t decode_params) {
+      return 2.0 * static_cast<double>(prefill_params) * static_cast<double>(n) +
+             2.0 * static_cast<double>(decode_params - prefill_params) * tail;
+    };
+    const double flops = matmul_flops(info.activated_params_prefill, info.activated_params_decode);
+    const double fp4_flops = matmul_flops(info.activated_params_prefill_fp4, info.activated_params_decode_fp4);
+    const double prompt_s = static_cast<double>(n) / d.mean;
+    const double achieved_gflops = flops / prompt_s * 1e-9;
+    const ComputeBound bound = compute_bound(flops, fp4_flops, peak, tiles);
+    const double fraction = bound.seconds / prompt_s;  // achieved / peak without tiles
     // Where the default plan's time went (shares of its prefill seconds): matmuls against everything else.
     auto share = [&](int p) { return default_s > 0 ? phase_s[p] / default_s : 0.0; };
-    char text[400];
-    std::snprintf(text, sizeof(text),
-                  "%.3f (%.1f of %.1f GFLOP/s, %s, same run, the higher of the probes before / after: %.0f / %.0f; "
-                  "time by phase: linear %.2f, attention %.2f, indexer %.2f, other %.2f)",
-                  fraction, achieved_gflops, peak.gflops, peak.kernel.c_str(), peak_before.gflops, peak_after.gflops,
-                  share(1), share(3), share(2), share(0));
+    char text[600];
+    if (tiles) {
+      std::snprintf(text, sizeof(text),
+                    "%.3f (%.1f GFLOP/s; bound %.1f ms of %.1f ms per prompt = %s, %s and %s, same run, the higher of "
+                    "the probes before / after: %.0f / %.0f and %.0f / %.0f; time by phase: linear %.2f, attention "
+                    "%.2f, indexer %.2f, other %.2f)",
+                    fraction, achieved_gflops, bound.seconds * 1e3, prompt_s * 1e3, bound.text.c_str(),
+                    peak.kernel.c_str(), tiles->kernel.c_str(), peak_before.gflops, peak_after.gflops,
+                    tiles_before->gflops, tiles_after->gflops, share(1), share(3), share(2), share(0));
+      j["prefill"][std::to_string(n)]["tiles_peak_gflops"] = tiles->gflops;
+      j["prefill"][std::to_string(n)]["fp4_flops"] = fp4_flops;
+    } else {
+      std::snprintf(text, sizeof(text),
+                    "%.3f (%.1f of %.1f GFLOP/s, %s, same run, the higher of the probes before / after: %.0f / %.0f; "
+                    "time by phase: linear %.2f, attention %.2f, indexer %.2f, other %.2f)",
+                    fraction, achieved_gflops, peak.gflops, peak.kernel.c_str(), peak_before.gflops, peak_after.gflops,
+                    share(1), share(3), share(2), share(0));
+    }
     std::string row_text = text;
     if (dot) {
       const double dot_fraction = achieved_gflops / dot->gflops;
@@ -495,6 +543,7 @@ int run_bench(const BenchOptions& o) {
     j["prefill"][std::to_string(n)]["phase_share"] = {
         {"linear", share(1)}, {"attention", share(3)}, {"indexer", share(2)}, {"other", share(0)}};
     j["prefill"][std::to_string(n)]["achieved_gflops"] = achieved_gflops;
+    j["prefill"][std::to_string(n)]["flops"] = flops;
     j["prefill"][std::to_string(n)]["peak_gflops"] = peak.gflops;
     j["prefill"][std::to_string(n)]["peak_gflops_before_after"] = {peak_before.gflops, peak_after.gflops};
     j["prefill"][std::to_string(n)]["peak_fraction"] = fraction;
@@ -516,15 +565,19 @@ int run_bench(const BenchOptions& o) {
     // The two limits of a decode step, measured in this process: the step's roofline is
     // max(weight bytes touched / read bandwidth, matmul FLOPs / dot peak), each the higher of the probes right
     // before and right after the batch's run.
+    // The tile unit's peak too where the table runs MXFP4 GEMMs of some batch there.
     struct Limits {
       ComputePeak peak;
-      std::optional<ComputePeak> dot;
+      std::optional<ComputePeak> dot, tiles;
       ReadBandwidth read;
     };
+    const bool any_on_tiles =
+        info.fp4_amx_min_rows > 0 && *std::max_element(o.batches.begin(), o.batches.end()) >= info.fp4_amx_min_rows;
     auto measure_limits = [&] {
       Limits limits;
       limits.peak = (*engine)->measure_compute_peak();
       limits.dot = bf16_dot_peak(limits.peak);
+      if (any_on_tiles) limits.tiles = (*engine)->measure_compute_peak(0.25, ComputeUnit::kAmxTiles);
       limits.read = (*engine)->measure_read_bandwidth();
       return limits;
     };
@@ -538,6 +591,9 @@ int run_bench(const BenchOptions& o) {
       const Limits& probe_after = before;
       const ComputePeak& peak = higher(probe_before.peak, probe_after.peak);
       const std::optional<ComputePeak> dot = higher(probe_before.dot, probe_after.dot);
+      // A batch of fewer rows gives no expert GEMM enough rows for the tiles.
+      const std::optional<ComputePeak> tiles =
+          any_on_tiles && batch >= info.fp4_amx_min_rows ? higher(probe_before.tiles, probe_after.tiles) : std::nullopt;
       const ReadBandwidth& read = higher(probe_before.read, probe_after.read);
       if (batch == o.batches.front()) {
         j["read_gbps"] = read.gbps;
@@ -572,17 +628,26 @@ int run_bench(const BenchOptions& o) {
       for (double& ms : phase_ms) ms /= num_steps;
       const double bytes = static_cast<double>(info.decode_weight_bytes - info.decode_routed_bytes) + routed;
       const double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(info.activated_params_decode);
-      const double bytes_s = bytes / (read.gbps * 1e9), flops_s = flops / (peak.gflops * 1e9);
-      const double roofline_s = std::max(bytes_s, flops_s);
+      const double fp4_flops = 2.0 * static_cast<double>(batch) * static_cast<double>(info.activated_params_decode_fp4);
+      const ComputeBound bound = compute_bound(flops, fp4_flops, peak, tiles);
+      const double bytes_s = bytes / (read.gbps * 1e9);
+      const double roofline_s = std::max(bytes_s, bound.seconds);
       const double fraction = roofline_s / step_s;
-      char text[480];
+      char tiles_text[64] = "";
+      if (tiles) {
+        std::snprintf(tiles_text, sizeof(tiles_text), ", %.0f / %.0f GFLOP/s on tiles", probe_before.tiles->gflops,
+                      probe_after.tiles->gflops);
+        j["decode"][std::to_string(depth)][std::to_string(batch)]["tiles_peak_gflops"] = tiles->gflops;
+        j["decode"][std::to_string(depth)][std::to_string(batch)]["fp4_flops"] = fp4_flops;
+      }
+      char text[600];
       std::snprintf(text, sizeof(text),
-                    "%.3f (step %.1f ms; roofline %.1f ms = max(%.2f GB / %.1f GB/s, %.1f GFLOP / %.1f GFLOP/s), "
-                    "the higher of the probes before / after: %.1f / %.1f GB/s, %.0f / %.0f GFLOP/s; "
+                    "%.3f (step %.1f ms; roofline %.1f ms = max(%.2f GB / %.1f GB/s, %s), "
+                    "the higher of the probes before / after: %.1f / %.1f GB/s, %.0f / %.0f GFLOP/s%s; "
                     "by phase: linear %.1f, attention %.1f, indexer %.1f, other %.1f)",
-                    fraction, step_s * 1e3, roofline_s * 1e3, bytes * 1e-9, read.gbps, flops * 1e-9, peak.gflops,
+                    fraction, step_s * 1e3, roofline_s * 1e3, bytes * 1e-9, read.gbps, bound.text.c_str(),
                     probe_before.read.gbps, probe_after.read.gbps, probe_before.peak.gflops, probe_after.peak.gflops,
-                    phase_ms[1], phase_ms[3], phase_ms[2], phase_ms[0]);
+                    tiles_text, phase_ms[1], phase_ms[3], phase_ms[2], phase_ms[0]);
       std::string row_text = text;
       if (dot) {
         const double dot_roofline_s = std::max(bytes_s, flops / (dot->gflops * 1e9));

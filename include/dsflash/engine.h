@@ -215,10 +215,20 @@ struct ModelInfo {
   // decoder start's global-KV path), and a decode token (every layer + the head).
   int64_t activated_params_prefill = 0;
   int64_t activated_params_decode = 0;
+  // Of which in MXFP4 weights (the routed experts), and from how many rows the kernel table multiplies those on the
+  // AMX tile unit (ComputeUnit::kAmxTiles) rather than with its GEMM instruction (0: never).
+  int64_t activated_params_prefill_fp4 = 0;
+  int64_t activated_params_decode_fp4 = 0;
+  int64_t fp4_amx_min_rows = 0;
 };
 
 // The machine's dense dot-product peak, measured on the engine's worker threads (benchmarks print speed figures
 // next to it).
+enum class ComputeUnit {
+  kTableGemm,  // the instruction the loaded table's many-row matmuls multiply with
+  kBf16Dot,    // vdpbf16ps (an fp32 FMA fallback without it), whatever the table multiplies with
+  kAmxTiles,   // the AMX tile unit (TDPBF16PS), where ModelInfo::fp4_amx_min_rows says the table uses it
+};
 struct ComputePeak {
   double gflops = 0.0;
   std::string kernel;  // which instruction was timed ("avx512bf16 vdpbf16ps", or an fp32 FMA fallback)
@@ -295,11 +305,10 @@ class Engine {
   int64_t global_kv_bytes_for_positions(int64_t positions) const;
   // The steps run since the last call (at most the last 4096), oldest first.
   std::vector<StepRecord> take_step_records();
-  // Times the dense-GEMM peak of the loaded kernel table now (the instruction its many-row matmuls multiply with:
-  // the bf16 dot, fp32 FMAs where "avx512" chose them, the AMX tile unit for "amx"; about `seconds`, on the worker
-  // threads the steps use: call it between requests, or it competes with them). bf16_dot: the bf16 dot-product
-  // peak (vdpbf16ps, an fp32 FMA fallback without it) whatever the table multiplies with.
-  ComputePeak measure_compute_peak(double seconds = 0.25, bool bf16_dot = false) const;
+  // Times a dense-GEMM peak now (about `seconds`, on the worker threads the steps use: call it between requests,
+  // or it competes with them). kTableGemm: the instruction the loaded table's many-row matmuls multiply with (the
+  // bf16 dot, fp32 FMAs where "avx512" chose them, the AMX tile unit for "amx").
+  ComputePeak measure_compute_peak(double seconds = 0.25, ComputeUnit unit = ComputeUnit::kTableGemm) const;
   ReadBandwidth measure_read_bandwidth(int64_t bytes = int64_t{512} << 20) const;
 
   struct Impl;

@@ -166,6 +166,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   info.parameters = params.total;
   info.activated_params_prefill = params.activated_prefill;
   info.activated_params_decode = params.activated_decode;
+  info.activated_params_prefill_fp4 = params.activated_prefill_fp4;
+  info.activated_params_decode_fp4 = params.activated_decode_fp4;
   for (const auto& entry : std::filesystem::directory_iterator(model_dir, ec)) {
     if (entry.path().extension() == ".safetensors") info.checkpoint_bytes += static_cast<int64_t>(entry.file_size());
   }
@@ -173,6 +175,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   info.decode_routed_bytes = impl->runner->weights().decode_routed_bytes();
   info.kernels = impl->runner->context().backend->name;
   info.tile_major_linears = impl->runner->tile_major_linears();
+  // (Only tile-major MXFP4 weights take the tile unit.)
+  info.fp4_amx_min_rows = info.tile_major_linears > 0 ? impl->runner->context().backend->fp4_amx_min_rows : 0;
   info.num_threads = impl->runner->context().pool != nullptr ? impl->runner->context().pool->num_threads() : 1;
   info.has_tokenizer = impl->tokenizer.has_value();
   info.kv_budget_bytes = options.kv_budget_bytes;
@@ -215,9 +219,12 @@ int64_t Engine::global_kv_bytes_for_positions(int64_t positions) const {
   return impl_->kv_layout->global_bytes_for_positions(positions);
 }
 
-ComputePeak Engine::measure_compute_peak(double seconds, bool bf16_dot) const {
+ComputePeak Engine::measure_compute_peak(double seconds, ComputeUnit unit) const {
   const ComputeContext& ctx = impl_->runner->context();
-  const DotPeak peak = measure_dot_peak(ctx.pool, seconds, bf16_dot ? PeakOps::kBf16Dot : ctx.backend->gemm_peak);
+  const PeakOps ops = unit == ComputeUnit::kBf16Dot    ? PeakOps::kBf16Dot
+                      : unit == ComputeUnit::kAmxTiles ? PeakOps::kAmxBf16
+                                                       : ctx.backend->gemm_peak;
+  const DotPeak peak = measure_dot_peak(ctx.pool, seconds, ops);
   return ComputePeak{peak.gflops, peak.kernel};
 }
 

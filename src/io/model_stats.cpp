@@ -145,7 +145,7 @@ nlohmann::json totals_json(const TensorTotals& t) {
 ParameterCounts count_parameters(const ModelConfig& config) {
   ParameterCounts p;
   const int decoder_start = config.ced_decoder_start();
-  long double prefill = 0, decode = 0;
+  long double prefill = 0, decode = 0, prefill_fp4 = 0, decode_fp4 = 0;
   for (const ExpectedTensor& t : expected_tensors(config)) {
     const int64_t n = logical_elements(t);
     if (t.dtype == DType::kF8_E8M0) {
@@ -163,11 +163,19 @@ ParameterCounts count_parameters(const ModelConfig& config) {
     } else {
       p.vision += n;
     }
-    prefill += activated_elements(t, config, true, decoder_start);
-    decode += activated_elements(t, config, false, decoder_start);
+    const long double token_prefill = activated_elements(t, config, true, decoder_start);
+    const long double token_decode = activated_elements(t, config, false, decoder_start);
+    prefill += token_prefill;
+    decode += token_decode;
+    if (t.dtype == DType::kF4) {
+      prefill_fp4 += token_prefill;
+      decode_fp4 += token_decode;
+    }
   }
   p.activated_prefill = static_cast<int64_t>(std::llround(prefill));
   p.activated_decode = static_cast<int64_t>(std::llround(decode));
+  p.activated_prefill_fp4 = static_cast<int64_t>(std::llround(prefill_fp4));
+  p.activated_decode_fp4 = static_cast<int64_t>(std::llround(decode_fp4));
   return p;
 }
 
@@ -238,6 +246,8 @@ std::string model_stats_json(const ModelConfig& c, const ModelStats& s, bool lis
   j["scale_elements"] = s.params.scale_elements;
   j["activated_params_prefill"] = s.params.activated_prefill;
   j["activated_params_decode"] = s.params.activated_decode;
+  j["activated_params_prefill_fp4"] = s.params.activated_prefill_fp4;
+  j["activated_params_decode_fp4"] = s.params.activated_decode_fp4;
   j["global_main_kv_bytes_per_token"] = number(s.kv.global_main_bytes_per_token);
   j["global_indexer_bytes_per_token"] = number(s.kv.global_indexer_bytes_per_token);
   j["global_kv_bytes_per_token"] = number(s.kv.global_kv_bytes_per_token);

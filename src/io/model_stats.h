@@ -46,6 +46,9 @@ struct ParameterCounts {
   int64_t scale_elements = 0;  // block scales (storage, not parameters)
   int64_t activated_prefill = 0;
   int64_t activated_decode = 0;
+  // Of which in MXFP4 weights (the routed experts).
+  int64_t activated_prefill_fp4 = 0;
+  int64_t activated_decode_fp4 = 0;
 };
 
 // KV-cache byte figures (spec/MODEL.md §6). Entries per token on a KV source = 1 / its compress ratio.

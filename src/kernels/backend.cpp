@@ -131,6 +131,7 @@ Backend simd_backend(const char* name) {
       .dequant_window_row = reference_kv_dequant().window_row,
       .dequant_compressed_row = reference_kv_dequant().compressed_row,
       .gemm_peak = linear.gemm_peak,
+      .fp4_amx_min_rows = linear.fp4_amx_min_rows,
   };
 }
 
@@ -168,6 +169,7 @@ const Backend* amx_backend() {
     b.linear_fp8 = amx_linears.linear_fp8;
     b.linear_fp4 = amx_linears.linear_fp4;
     b.gemm_peak = amx_linears.gemm_peak;
+    b.fp4_amx_min_rows = amx_linears.fp4_amx_min_rows;
     return b;
   }();
   return &backend;

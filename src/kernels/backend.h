@@ -103,6 +103,8 @@ struct Backend {
 
   // The dense-compute limit of this table's GEMMs, for speed figures (kernels/peak_probe.h): its linear table's.
   PeakOps gemm_peak = PeakOps::kBf16Dot;
+  // From how many rows its MXFP4 GEMMs multiply on the AMX tile unit instead (LinearKernels::fp4_amx_min_rows).
+  int64_t fp4_amx_min_rows = 0;
 };
 
 // The scalar oracles, single-threaded.

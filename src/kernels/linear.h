@@ -149,6 +149,9 @@ struct LinearKernels {
   // This table's own fp8_as_bf16_grouped_gemm (below), or nullptr: one fp8_as_bf16_gemm per group.
   void (*fp8_as_bf16_grouped_gemm)(const float* x, int64_t rows, int64_t groups, const Fp8Weight& w, float* y,
                                    ThreadPool* pool) = nullptr;
+  // MXFP4 GEMMs of at least this many rows (on tile-major weights) multiply on the AMX tile unit
+  // (PeakOps::kAmxBf16) rather than with gemm_peak's instruction, for speed figures; 0: none do.
+  int64_t fp4_amx_min_rows = 0;
 };
 
 // Preconditions of every kernel (the kernels trust their arguments; check once when binding weights):

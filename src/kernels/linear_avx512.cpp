@@ -835,7 +835,8 @@ LinearKernels avx512_table(const char* name, PeakOps peak) {
           fp8_as_bf16_gemm_avx512<kMultiply>,
           false,
           peak,
-          fp8_as_bf16_grouped_gemm_avx512<kMultiply>};
+          fp8_as_bf16_grouped_gemm_avx512<kMultiply>,
+          amx_usable() ? kFp4AmxMinRows : 0};
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "dsflash/engine.h"
 #include "engine_test_util.h"
+#include "kernels/backend.h"
 
 namespace dsflash::testing {
 namespace {
@@ -328,6 +329,27 @@ TEST_F(EngineTest, BenchSyntheticContextDecodesAtDepth) {
   auto too_deep = engine->submit(deep);
   ASSERT_FALSE(too_deep.ok());
   EXPECT_EQ(too_deep.error().code, ErrorCode::kContextTooLong);
+}
+
+// Speed figures count MXFP4 FLOPs at the tile unit's peak from the rows where the loaded table runs them there:
+// only on tile-major weights, and never for "amx", whose GEMM peak is the tile unit's already.
+TEST_F(EngineTest, InfoSaysFromHowManyRowsMxfp4GemmsRunOnTiles) {
+  auto engine = load();
+  ASSERT_NE(engine, nullptr);
+  const ModelInfo& info = engine->info();
+  EXPECT_GT(info.activated_params_decode_fp4, 0);
+  EXPECT_LT(info.activated_params_decode_fp4, info.activated_params_decode);
+  EXPECT_LE(info.activated_params_prefill_fp4, info.activated_params_prefill);
+  ASSERT_GT(info.tile_major_linears, 0);
+  EXPECT_EQ(info.fp4_amx_min_rows, best_backend().fp4_amx_min_rows);
+  LoadOptions row_major;
+  row_major.tile_major_weights = false;
+  EXPECT_EQ(load(row_major)->info().fp4_amx_min_rows, 0);
+  if (find_backend("amx") != nullptr) {
+    LoadOptions amx;
+    amx.backend = "amx";
+    EXPECT_EQ(load(amx)->info().fp4_amx_min_rows, 0);
+  }
 }
 
 TEST_F(EngineTest, BadRequestsGiveTypedErrors) {

@@ -53,6 +53,12 @@ TEST(ModelStats, RealParameterCountsMatchTheReportHeadlines) {
   EXPECT_EQ(p.activated_prefill, 7895577912);
   EXPECT_NEAR(p.activated_decode / 1e9, 16, 0.25);
   EXPECT_NEAR(p.activated_prefill / 1e9, 8, 0.25);
+  // Of which MXFP4 (routed experts: w1, w2, w3 of dim x moe_inter_dim, top-6): every layer in decode, the 20 encoder
+  // layers in prefill.
+  const ModelConfig c = real_config();
+  const int64_t expert = 3 * c.dim * c.moe_inter_dim;
+  EXPECT_EQ(p.activated_decode_fp4, int64_t{40} * 6 * expert);
+  EXPECT_EQ(p.activated_prefill_fp4, int64_t{20} * 6 * expert);
 }
 
 TEST(ModelStats, RealExpectedTensorTotals) {
@@ -81,6 +87,7 @@ TEST(ModelStats, JsonCarriesTheAgreedKeys) {
   EXPECT_EQ(j["bytes_expected"], 510286023000);
   EXPECT_EQ(j["activated_params_prefill"], s.params.activated_prefill);
   EXPECT_EQ(j["activated_params_decode"], s.params.activated_decode);
+  EXPECT_EQ(j["activated_params_decode_fp4"], s.params.activated_decode_fp4);
   ASSERT_EQ(j["roles"].size(), 43u);
   EXPECT_EQ(j["roles"][24]["attention"], "reindex");
   EXPECT_EQ(j["roles"][24]["index_source_layer"], 24);
