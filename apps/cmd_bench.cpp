@@ -314,6 +314,11 @@ int run_bench(const BenchOptions& o) {
   j["repetitions"] = o.repetitions;
   j["threads"] = o.threads;
   j["kernels"] = info.kernels;
+  j["fp4_amx_min_rows"] = info.fp4_amx_min_rows;
+  // The kernels column: the table, and whether it puts MXFP4 GEMMs of many rows on AMX tiles.
+  const std::string kernels_text =
+      info.fp4_amx_min_rows > 0 ? info.kernels + " (MXFP4 " + std::to_string(info.fp4_amx_min_rows) + "+ rows: amx)"
+                                : info.kernels;
   std::vector<std::array<std::string, 2>> rows;  // test, t/s
   auto fail = [](const EngineError& e) {
     std::cerr << "dsflash bench: " << e.message << "\n";
@@ -761,7 +766,7 @@ int run_bench(const BenchOptions& o) {
   std::printf("| model | size | params | kernels | test | t/s |\n| --- | ---: | ---: | --- | --- | ---: |\n");
   for (const auto& [test, value] : rows) {
     std::printf("| %s | %s | %s | %s | %s | %s |\n", model_name.c_str(), size_text, params_text,
-                info.kernels.c_str(), test.c_str(), value.c_str());
+                kernels_text.c_str(), test.c_str(), value.c_str());
   }
   return 0;
 }
