@@ -916,6 +916,7 @@ TEST(LinearFast, Fp4RowsGiveTheirAloneBitsWhereBlockSumsRound) {
           if (kind == 4) block[i] = static_cast<uint8_t>(0x40 + rng() % 24) | sign;      // exponents 8..10
         }
       }
+    x.codes[3 * kIn + 32 * 4 + 5] = 0x7f;  // a NaN code: row 3's outputs are all NaN, alone and batched
     for (const LinearKernels* k : fast_kernels()) {
       const std::string where = std::string(k->name) + " rows " + std::to_string(rows);
       std::vector<float> batch(static_cast<size_t>(rows * kOut), -7.0f), alone(static_cast<size_t>(kOut));
@@ -923,8 +924,12 @@ TEST(LinearFast, Fp4RowsGiveTheirAloneBitsWhereBlockSumsRound) {
       for (int64_t r = 0; r < rows; ++r) {
         const Fp8Activations row{x.codes.data() + r * kIn, x.scales.data() + r * (kIn / 32), 1, kIn};
         k->fp4_gemm(row, w.fp4(), alone.data(), nullptr);
-        ASSERT_EQ(std::memcmp(alone.data(), batch.data() + r * kOut, alone.size() * sizeof(float)), 0)
-            << where << " row " << r;
+        for (int64_t o = 0; o < kOut; ++o) {
+          const float got = batch[static_cast<size_t>(r * kOut + o)], want = alone[static_cast<size_t>(o)];
+          ASSERT_TRUE(std::memcmp(&got, &want, sizeof(float)) == 0 || (std::isnan(got) && std::isnan(want)))
+              << where << " row " << r << " output " << o;
+          ASSERT_EQ(std::isnan(got), r == 3) << where << " row " << r << " output " << o;
+        }
       }
     }
   }
