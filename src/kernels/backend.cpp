@@ -157,7 +157,7 @@ const Backend* avx512_backend() {
   return &backend;
 }
 
-// "avx512" with the AMX FP8 / MXFP4 GEMMs.
+// "avx512" with the FP8 GEMMs on AMX tiles (its fp4_gemm is avx512's).
 const Backend* amx_backend() {
   if (linear_impl::amx_kernels() == nullptr) return nullptr;
   static const Backend backend = [] {

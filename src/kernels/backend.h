@@ -7,12 +7,12 @@
 // bit for bit on every entry except the three matmuls, which agree within the reordering bound documented in
 // kernels/linear.h. An entry without an AVX-512 version is the AVX2 one (the KV row dequantisation of the AVX2
 // table is the scalar oracle: a table lookup and a multiply per value, compiled for the build baseline).
-// "amx" (CPUs with AMX-BF16, chosen by name, never by default) is "avx512" with the FP8 / MXFP4 GEMMs of every
-// row count on AMX tiles: faster from 16 rows up (prefill, batched decode), slower for one row (figures in
-// linear_amx.cpp). Its in-block summation order is the tile unit's, so its bits differ from "avx512"'s where a
-// block's fp32 sum is inexact (within the same bound; a row's result still never depends on its batch).
-// "avx512" itself runs MXFP4 GEMMs of 5 rows or more on AMX tiles where the CPU has them, with its own bits: the tile
-// unit forms only the blocks whose sums are exact in any order (kernels/linear_impl.h, exact_fp4_blocks).
+// "avx512" runs MXFP4 GEMMs of 5 rows or more on AMX tiles where the CPU has them, with its own bits: the tile unit
+// forms only the blocks whose sums are exact in any order (kernels/linear_impl.h, exact_fp4_blocks).
+// "amx" (CPUs with AMX-BF16, chosen by name, never by default) is "avx512" with the FP8 GEMMs of every row count on
+// AMX tiles too: faster from 16 rows up (prefill, batched decode), slower for one row (figures in linear_amx.cpp).
+// Their in-block summation order is the tile unit's, so its FP8 bits differ from "avx512"'s where a block's fp32 sum
+// is inexact (within the same bound; a row's result still never depends on its batch).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // The multi-row FP8 / MXFP4 GEMM step on Intel AMX tiles (AMX-TILE + AMX-BF16: Sapphire Rapids and later), used by
-// the "amx" kernel table (linear_avx512.cpp, amx_kernels()) for every row count, and by the AVX-512 tables for MXFP4
-// GEMMs of kFp4AmxMinRows rows or more, there with GemmArgs::exact_blocks: the tile unit's sum serves only where
-// every order gives the same bits, the bf16 chain forms the other blocks.
+// the AVX-512 tables for MXFP4 GEMMs of kFp4AmxMinRows rows or more, with GemmArgs::exact_blocks (the tile unit's sum
+// serves only where every order gives the same bits, the bf16 chain forms the other blocks), and by the "amx" kernel
+// table (linear_avx512.cpp, amx_kernels()) for FP8 GEMMs of every row count.
 //
 // gemm_tiles_rows converts a chunk of a tile's weights into the scratch [block][pair j] of 16 outputs' bf16 pairs;
 // one block of it (16 x 64 bytes) is exactly a TDPBF16PS B tile, and 16 rows of bf16 activations at one block

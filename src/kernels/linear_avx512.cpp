@@ -26,10 +26,10 @@
 // The "avx512fma" table (RowsMultiply::kFp32Fma) runs the same paths with fp32 FMAs in place of vdpbf16ps where
 // many rows share each decoded weight (the multi-row path; passes of 2-4 rows on tile-major weights), with the
 // same bits.
-// The "amx" table (amx_kernels(), at the end) is this file's FP8 / MXFP4 GEMM with every row count on the
-// multi-row path and the rows' pass on AMX tiles (linear_amx.cpp) instead of rows_chunk. Where the CPU has AMX, the
-// AVX-512 tables run MXFP4 GEMMs of kFp4AmxMinRows rows or more (tile-major) that way too, the tile unit forming
-// only the blocks whose sums are exact in any order (exact_fp4_blocks), so their bits stay the chain's.
+// Where the CPU has AMX, MXFP4 GEMMs of kFp4AmxMinRows rows or more (tile-major) take the multi-row path with the
+// rows' pass on AMX tiles (linear_amx.cpp) instead of rows_chunk, the tile unit forming only the blocks whose sums
+// are exact in any order (exact_fp4_blocks), so their bits stay the chain's. The "amx" table (amx_kernels(), at the
+// end) runs this file's FP8 GEMM that way for every row count, with the tile unit's in-block order.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -555,13 +555,16 @@ struct NaturalActivations {
   }
 };
 
-// kAmx: every row count takes the multi-row path on AMX tiles (a row's result must not depend on the rows it runs
-// with, and TDPBF16PS sums a block in an order of its own, so no row may take the vdpbf16ps paths instead).
+// kAmx (FP8 in the "amx" table): every row count takes the multi-row path on AMX tiles (a row's result must not
+// depend on the rows it runs with, and TDPBF16PS sums a block in an order of its own, so no row may take the
+// vdpbf16ps paths instead). MXFP4 needs no such table: its rows take the tiles only where every order gives the
+// same bits (fp4_on_tiles below).
 // multiply: how the multi-row path and the tile-major decode of 2-4 rows multiply (not kAmx; the other decode
 // paths use vdpbf16ps).
 template <bool kFp4, bool kAmx = false>
 void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
                     bool tile_major, float* y, ThreadPool* pool, RowsMultiply multiply = RowsMultiply::kBf16Dot) {
+  static_assert(!(kFp4 && kAmx));
   if (x.rows <= 0 || out <= 0) return;
   GemmArgs g;
   g.tile_major = tile_major;
@@ -645,7 +648,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   // MXFP4 rows on AMX tiles in the AVX-512 table: the tile unit forms the blocks whose sums are exact in any order,
   // the bf16 chain the others (GemmArgs::exact_blocks), so every bit is this table's and a row's result still does
   // not depend on the rows it runs with.
-  const bool fp4_on_tiles = kFp4 && !kAmx && tile_major && x.codes != nullptr && groups == 1 &&
+  const bool fp4_on_tiles = kFp4 && tile_major && x.codes != nullptr && groups == 1 &&
                             x.rows >= kFp4AmxMinRows && amx_usable();
   if (!kAmx && !fp4_on_tiles && tile_major && x.rows <= tiled_passes_max_rows(kFp4)) {
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row of a pass
@@ -819,11 +822,6 @@ void fp8_gemm_amx(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadP
                               w.tile_major, y, pool);
 }
 
-void fp4_gemm_amx(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
-  run_block_gemm<true, true>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.packed, w.scales, w.out, w.in,
-                             w.tile_major, y, pool);
-}
-
 // The AVX-512 table multiplying many rows with kMultiply, its GEMMs' limit `peak`.
 template <RowsMultiply kMultiply>
 LinearKernels avx512_table(const char* name, PeakOps peak) {
@@ -872,13 +870,15 @@ const LinearKernels* avx512_kernels() {
   return avx512_kernels_multiplying(fastest_rows_multiply());
 }
 
-// The AVX-512 table with the FP8 / MXFP4 block GEMMs on AMX tiles, every row count (see run_block_gemm); the bf16
-// GEMMs are the AVX-512 ones.
+// The AVX-512 table with the FP8 block GEMMs on AMX tiles, every row count (see run_block_gemm); its MXFP4 GEMM
+// is the AVX-512 table's (on the tiles from kFp4AmxMinRows rows, with that table's bits), and so are the bf16 ones.
 const LinearKernels* amx_kernels() {
   static const LinearKernels kernels{"amx",
                                      {.fp8 = true, .fp4 = true},
                                      fp8_gemm_amx,
-                                     fp4_gemm_amx,
+                                     fastest_rows_multiply() == RowsMultiply::kFp32Fma
+                                         ? fp4_gemm_avx512<RowsMultiply::kFp32Fma>
+                                         : fp4_gemm_avx512<RowsMultiply::kBf16Dot>,
                                      bf16_gemm_avx512,
                                      fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>,
                                      false,

@@ -63,9 +63,9 @@ struct GemmArgs {
   const int8_t* exact_pieces = nullptr;
   const int32_t* exact_biases = nullptr;
   const float* exact_units = nullptr;
-  // MXFP4 rows on AMX tiles in a table whose bits are the bf16 chain's (not "amx"): [rows, kb], 1 where a block's
-  // products sum exactly in any order (exact_fp4_blocks), so the tile unit's sum is the chain's; the other blocks
-  // take the chain. nullptr: every block as the tile unit sums it.
+  // MXFP4 rows on AMX tiles: [rows, kb], 1 where a block's products sum exactly in any order (exact_fp4_blocks),
+  // so the tile unit's sum is the bf16 chain's; the other blocks take the chain. nullptr (FP8 in the "amx" table):
+  // every block as the tile unit sums it.
   const uint8_t* exact_blocks = nullptr;
   // Every act_scales code is 127 (1.0): the activations carry their scales (prepare_activation_bf16) or have none.
   // rows_chunk then skips the exact multiply by 1.0 (an optimisation only; the bits are the same).

@@ -35,8 +35,8 @@ void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int8_t* pieces, int3
 // order (exact [k/32], 1 or 0: no NaN code, and 12 Σ |N| < 2^24 with N as above), so that the AMX tile unit gives the
 // bf16 chain's bits there (the multi-row MXFP4 GEMM on tiles, linear_amx.cpp).
 void exact_fp4_blocks(const uint8_t* codes, int64_t k, uint8_t* exact);
-// The AVX-512 table with the FP8 / MXFP4 GEMMs on AMX-BF16 tiles (Sapphire Rapids and later, where the OS grants
-// tile data). nullptr when absent.
+// The AVX-512 table with the FP8 GEMMs of every row count on AMX-BF16 tiles (Sapphire Rapids and later, where the OS
+// grants tile data). nullptr when absent.
 const LinearKernels* amx_kernels();
 // The CPU has AMX-BF16 and the OS lets this process use tile data (asked once, process-wide).
 bool amx_usable();
