@@ -222,13 +222,15 @@ struct ModelInfo {
   int64_t fp4_amx_min_rows = 0;
 };
 
-// The machine's dense dot-product peak, measured on the engine's worker threads (benchmarks print speed figures
-// next to it).
+// Which dense-compute limit Engine::measure_compute_peak times.
 enum class ComputeUnit {
   kTableGemm,  // the instruction the loaded table's many-row matmuls multiply with
   kBf16Dot,    // vdpbf16ps (an fp32 FMA fallback without it), whatever the table multiplies with
   kAmxTiles,   // the AMX tile unit (TDPBF16PS), where ModelInfo::fp4_amx_min_rows says the table uses it
 };
+
+// The machine's dense dot-product peak, measured on the engine's worker threads (benchmarks print speed figures
+// next to it).
 struct ComputePeak {
   double gflops = 0.0;
   std::string kernel;  // which instruction was timed ("avx512bf16 vdpbf16ps", or an fp32 FMA fallback)

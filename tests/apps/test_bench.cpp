@@ -45,6 +45,8 @@ TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
     // unit's peak (measured too).
     const double achieved = p.at("achieved_gflops").get<double>(), peak = p.at("peak_gflops").get<double>();
     double expected = achieved / peak;
+    const int64_t tile_rows = j.at("fp4_amx_min_rows").get<int64_t>();
+    EXPECT_EQ(p.contains("tiles_peak_gflops"), tile_rows > 0 && 16 >= tile_rows);
     if (p.contains("tiles_peak_gflops")) {
       const double fp4_share = p.at("fp4_flops").get<double>() / p.at("flops").get<double>();
       EXPECT_GT(fp4_share, 0.0);
@@ -83,6 +85,8 @@ TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
     EXPECT_GT(std::min(reads[0].get<double>(), reads[1].get<double>()), 0.0);
     const double flops = d.at("flops").get<double>();
     double compute_s = flops / (peak * 1e9);
+    const int64_t tile_rows = j.at("fp4_amx_min_rows").get<int64_t>();
+    EXPECT_EQ(d.contains("tiles_peak_gflops"), tile_rows > 0 && std::stoll(batch) >= tile_rows);
     if (d.contains("tiles_peak_gflops")) {
       const double fp4_flops = d.at("fp4_flops").get<double>();
       compute_s = (flops - fp4_flops) / (peak * 1e9) + fp4_flops / (d.at("tiles_peak_gflops").get<double>() * 1e9);
