@@ -239,9 +239,13 @@ enum class BlockScales {
 constexpr int64_t kAmxPaddingRows = 15;
 // Weight tiles per activation tile load from kAmxWideRows rows on (scratch 8 x 8 KB, in L2); 2 below. Measured
 // (bench_linear, 1 thread, rows 2048): 2 tiles per pass kept the tile unit at ~0.07 of its peak (the activations
-// re-read from L3), 4 at ~0.09, 8 at ~0.11-0.12; for one row, 8 took 2.2x the time of 2.
+// re-read from L3), 4 at ~0.09, 8 at ~0.11-0.12; for one row, 8 took 2.2x the time of 2. In one process, calls
+// alternating the two (2 threads, medians of 100-200 calls each; MXFP4 4608 x 2 x 5120, FP8 8192 x 5120 on "amx"),
+// 2 against 8 tiles: MXFP4 5 rows 1741 / 2830 us, 12 rows 3080 / 3584, 16 rows 3820-3882 / 4281-4390, 24 rows
+// 5478-5613 / 6052-6265, 32 rows 6824-7180 / 6725-7037, 48 rows 10252 / 9472, 64 rows 14073 / 12454; FP8 16 rows
+// 3558 / 4289, 24 rows 5265 / 5936, 32 rows 6190 / 6511, 48 rows 9554 / 8991, 64 rows 12371 / 11418.
 constexpr int kAmxTilesPerPass = 8;
-constexpr int64_t kAmxWideRows = 16;
+constexpr int64_t kAmxWideRows = 32;
 // From here on the AVX-512 tables run MXFP4 GEMMs on tile-major weights on AMX tiles where the CPU has them
 // (run_block_gemm, GemmArgs::exact_blocks). On a 2-core Xeon (bench_linear --threads=2, avx512fma rows; act_quant'ed
 // hidden states for w13 4608 x 2 x 5120, SwiGLU outputs for w2 5120 x 2304), against the passes of the decode path:
