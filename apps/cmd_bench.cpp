@@ -466,13 +466,12 @@ int run_bench(const BenchOptions& o) {
     double phase_s[4] = {};  // default plan, summed over repetitions: other, linear, indexer, attention
     // The dot-product peak right before and right after this prompt's runs (higher), and the tile unit's where the
     // table runs this prompt's MXFP4 GEMMs there.
-    const bool on_tiles = info.fp4_amx_min_rows > 0 && n >= info.fp4_amx_min_rows;
-    auto tiles_peak = [&](bool measure) -> std::optional<ComputePeak> {
-      if (!measure) return std::nullopt;
+    auto tiles_peak = [&]() -> std::optional<ComputePeak> {
+      if (info.fp4_amx_min_rows == 0 || n < info.fp4_amx_min_rows) return std::nullopt;
       return (*engine)->measure_compute_peak(0.25, ComputeUnit::kAmxTiles);
     };
     const ComputePeak peak_before = (*engine)->measure_compute_peak();
-    const std::optional<ComputePeak> tiles_before = tiles_peak(on_tiles);
+    const std::optional<ComputePeak> tiles_before = tiles_peak();
     double default_s = 0;
     for (int r = 0; r < o.repetitions; ++r) {
       int64_t global_bytes = 0;
@@ -499,7 +498,7 @@ int run_bench(const BenchOptions& o) {
     // plan from the activated parameters (2 per weight element: every prompt token through the encoder path, the
     // window tail through the rest of the decoder and the head; attention and indexer arithmetic not counted).
     const ComputePeak peak_after = (*engine)->measure_compute_peak();
-    const std::optional<ComputePeak> tiles_after = tiles_peak(on_tiles);
+    const std::optional<ComputePeak> tiles_after = tiles_peak();
     const ComputePeak& peak = higher(peak_before, peak_after);
     const std::optional<ComputePeak> tiles = higher(tiles_before, tiles_after);
     const std::optional<ComputePeak> dot = bf16_dot_peak(peak);
@@ -520,21 +519,21 @@ int run_bench(const BenchOptions& o) {
     if (tiles) {
       std::snprintf(text, sizeof(text),
                     "%.3f (%.1f GFLOP/s; bound %.1f ms of %.1f ms per prompt = %s, %s and %s, same run, the higher of "
-                    "the probes before / after: %.0f / %.0f and %.0f / %.0f; time by phase: linear %.2f, attention "
-                    "%.2f, indexer %.2f, other %.2f)",
+                    "the probes before / after: %.0f / %.0f and %.0f / %.0f",
                     fraction, achieved_gflops, bound.seconds * 1e3, prompt_s * 1e3, bound.text.c_str(),
                     peak.kernel.c_str(), tiles->kernel.c_str(), peak_before.gflops, peak_after.gflops,
-                    tiles_before->gflops, tiles_after->gflops, share(1), share(3), share(2), share(0));
+                    tiles_before->gflops, tiles_after->gflops);
       j["prefill"][std::to_string(n)]["tiles_peak_gflops"] = tiles->gflops;
       j["prefill"][std::to_string(n)]["fp4_flops"] = fp4_flops;
     } else {
       std::snprintf(text, sizeof(text),
-                    "%.3f (%.1f of %.1f GFLOP/s, %s, same run, the higher of the probes before / after: %.0f / %.0f; "
-                    "time by phase: linear %.2f, attention %.2f, indexer %.2f, other %.2f)",
-                    fraction, achieved_gflops, peak.gflops, peak.kernel.c_str(), peak_before.gflops, peak_after.gflops,
-                    share(1), share(3), share(2), share(0));
+                    "%.3f (%.1f of %.1f GFLOP/s, %s, same run, the higher of the probes before / after: %.0f / %.0f",
+                    fraction, achieved_gflops, peak.gflops, peak.kernel.c_str(), peak_before.gflops, peak_after.gflops);
     }
     std::string row_text = text;
+    std::snprintf(text, sizeof(text), "; time by phase: linear %.2f, attention %.2f, indexer %.2f, other %.2f)",
+                  share(1), share(3), share(2), share(0));
+    row_text += text;
     if (dot) {
       const double dot_fraction = achieved_gflops / dot->gflops;
       std::snprintf(text, sizeof(text), "; %.3f of the bf16-dot peak (%.1f GFLOP/s, %s)", dot_fraction, dot->gflops,

@@ -197,8 +197,7 @@ WeighHeads16Kernel weigh_heads16_avx512() {
 }
 
 WeighHeads16Kernel weigh_heads16_finite_avx512() {
-  static const bool supported = __builtin_cpu_supports("avx512f");
-  return supported ? weigh_heads16_512<false> : nullptr;
+  return weigh_heads16_avx512() != nullptr ? weigh_heads16_512<false> : nullptr;
 }
 
 void index_scores_reference(const IndexScoreArgs& a) {
