@@ -19,8 +19,8 @@
 // with the two byte lookups and unpacks, FP4: 4 pairs with a shift and vpermw each), so there is neither a
 // gather nor a reduction. Rows 1..4 (tiled_decode_rows, linear_avx512_tiled.cpp) keep the pairs in registers,
 // rows 5..12 (FP8) or 5..48 (MXFP4) in several such passes; more rows go through gemm_tiles_rows. Both sum a
-// block's 16 pairs in one chain in pair order, so a row's result does not depend on the rows it runs with (one
-// MXFP4 row takes exact integer dots where they give those bits).
+// block's 16 pairs in one chain in pair order, so a row's result does not depend on the rows it runs with (MXFP4
+// passes of 1..4 rows take exact integer dots where they give those bits).
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path
 // (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
 // The "avx512fma" table (RowsMultiply::kFp32Fma) runs the same paths with fp32 FMAs in place of vdpbf16ps where
@@ -658,15 +658,24 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     // 5-10% slower there and ~1.3x faster at 4 rows.
     const bool fma = x.rows >= 2 && fma_keeps_bits();
     const NaturalActivations natural = natural_activations(false);  // (sets the activation scales too)
-    if (kFp4 && x.rows == 1 && x.codes != nullptr) {
-      // One MXFP4 row: through integers wherever that is exact (prepare_exact_fp4_row), the bf16 pairs elsewhere.
-      const std::span<int8_t> pieces = scratch.take<int8_t>(static_cast<size_t>(2 * in));
-      const std::span<int32_t> biases = scratch.take<int32_t>(static_cast<size_t>(g.kb));
-      const std::span<float> units = scratch.take<float>(static_cast<size_t>(g.kb));
-      prepare_exact_fp4_row(x.codes->codes, in, pieces.data(), biases.data(), units.data());
+    if (kFp4 && x.codes != nullptr) {
+      // MXFP4: through integers wherever that is exact (prepare_exact_fp4_rows), the bf16 chain elsewhere.
+      const size_t row_blocks = static_cast<size_t>(x.rows * g.kb);
+      const std::span<int8_t> pieces = scratch.take<int8_t>(row_blocks * kExactFp4PieceBlockBytes);
+      const std::span<int32_t> biases = scratch.take<int32_t>(row_blocks);
+      const std::span<float> units = scratch.take<float>(row_blocks);
+      const std::span<uint8_t> counts = scratch.take<uint8_t>(row_blocks);
+      auto prepare = [&](int64_t r0, int64_t r1, int) {
+        const int64_t first = r0 * g.kb;
+        prepare_exact_fp4_rows(x.codes->codes + r0 * in, r1 - r0, in, pieces.data() + first * kExactFp4PieceBlockBytes,
+                               biases.data() + first, units.data() + first, counts.data() + first);
+      };
+      if (pool && x.rows > 1) pool->parallel_for(x.rows, prepare);
+      else prepare(0, x.rows, 0);
       g.exact_pieces = pieces.data();
       g.exact_biases = biases.data();
       g.exact_units = units.data();
+      g.exact_piece_counts = counts.data();
     }
     if (fma && x.codes == nullptr && groups == 1) {
       g.act_f32 = x.bf16_values;  // fp32 rows holding bf16 values: the FMAs' operands as they are

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "kernels/linear.h"
+#include "kernels/linear_impl.h"
 
 // The one target string of the AVX-512 linear files; every function that uses AVX-512 intrinsics carries it.
 #define DSFLASH_AVX512 \
@@ -25,8 +26,8 @@ constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
 static_assert(kTile == kTileMajorOutputs);
 constexpr int64_t kGroupBytes = 64;  // row-major paths: one zmm of an output's bytes
 
-// The one-row MXFP4 integer decode's weights W = 2 * e2m1 in [-12, 12] enter vpdpbusd as unsigned W + 12
-// (prepare_exact_fp4_row).
+// The MXFP4 integer decode's weights W = 2 * e2m1 in [-12, 12] enter vpdpbusd as unsigned W + 12
+// (prepare_exact_fp4_rows).
 constexpr int kExactFp4WeightBias = 12;
 
 // bf16 bits of the e4m3 magnitudes 0..127 split into low and high bytes (vpermt2b looks up 128 entries);
@@ -57,12 +58,14 @@ struct GemmArgs {
   // FMAs (RowsMultiply::kFp32Fma); nullptr: vdpbf16ps on act.
   const float* act_f32 = nullptr;
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
-  // One MXFP4 row (tile-major decode) as integers where that is exact (prepare_exact_fp4_row): exact_pieces
-  // [in / 8, 16] the activations' integer bytes, exact_biases [kb] int32, exact_units [kb] the value of one integer
-  // product unit per block, 0 where the block needs the bf16 path.
+  // MXFP4 rows of the tile-major decode as integers where that is exact (prepare_exact_fp4_rows, kernels/linear_impl.h):
+  // exact_pieces [rows, kb, kExactFp4PieceBlockBytes] the activations' integer bytes, exact_biases [rows, kb] int32,
+  // exact_units [rows, kb] the value of one integer product unit, exact_piece_counts [rows, kb] the byte pieces a
+  // block takes (2 or 3; 0 where it keeps the bf16 chain).
   const int8_t* exact_pieces = nullptr;
   const int32_t* exact_biases = nullptr;
   const float* exact_units = nullptr;
+  const uint8_t* exact_piece_counts = nullptr;
   // MXFP4 rows on AMX tiles: [rows, kb], 1 where a block's products sum exactly in any order (exact_fp4_blocks),
   // so the tile unit's sum is the bf16 chain's; the other blocks take the chain. nullptr (FP8 in the "amx" table):
   // every block as the tile unit sums it.
@@ -75,12 +78,18 @@ struct GemmArgs {
   bool fold_weight_scales = false;
   int act_exponent_low = 0, act_exponent_high = 0;
   float* y = nullptr;                 // [rows, out]
-  // The multi-row path's arguments from row r0 on (act, act_f32, act_scales and y in [rows, ...] order).
+  // The arguments from row r0 on (every per-row array is row-major).
   void advance_rows(int64_t r0) {
     if (act != nullptr) act += r0 * in;  // either may be absent (null)
     if (act_f32 != nullptr) act_f32 += r0 * in;
     act_scales += r0 * kb;
     if (exact_blocks != nullptr) exact_blocks += r0 * kb;
+    if (exact_pieces != nullptr) {
+      exact_pieces += r0 * kb * kExactFp4PieceBlockBytes;
+      exact_biases += r0 * kb;
+      exact_units += r0 * kb;
+      exact_piece_counts += r0 * kb;
+    }
     y += r0 * out;
   }
 };
@@ -286,8 +295,8 @@ constexpr int64_t tiled_passes_max_rows(bool fp4) { return (fp4 ? 12 : 3) * kTil
 // one pool pass per row pass, 4608 x 5120 MXFP4 1151 -> 1108 us at 12 rows, 1385 -> 1297 at 16, FP8 5120 x 8192
 // 1423 -> 1301 at 8), tiles [tile_begin, tile_end) of y, from g.act (bf16 [rows, in], natural k order;
 // act_scales apart), or with fma from g.act_f32 by fp32 FMAs in vdpbf16ps's order (RowsMultiply::kFp32Fma; only
-// where no product or partial sum can be subnormal). One MXFP4 row also reads g.exact_pieces, g.exact_biases and
-// g.exact_units where set (prepare_exact_fp4_row).
+// where no product or partial sum can be subnormal). MXFP4 rows also read the exact_* arrays where set
+// (prepare_exact_fp4_rows): their blocks go through integers where every row of a pass can.
 template <bool kFp4>
 void tiled_decode_rows(const GemmArgs& g, bool fma, int64_t tile_begin, int64_t tile_end);
 

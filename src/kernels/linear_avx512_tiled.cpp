@@ -2,7 +2,7 @@
 // tiled_passes_max_rows) on tile-major weights (kernels/linear.h): each 64-byte vector decodes in registers into
 // bf16 pairs of 16 outputs, once for every row of a pass, and every (row, tile, block) sums its 16 pairs in one
 // chain in pair order, as the multi-row path of linear_avx512.cpp does, so a row's result does not depend on the
-// rows it runs with. One MXFP4 row multiplies in exact integers wherever that gives the same chain's bits.
+// rows it runs with. MXFP4 rows multiply in exact integers wherever that gives the same chain's bits.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -32,29 +32,33 @@ constexpr int64_t kTiledPrefetchBytes = 2048;
 
 }  // namespace
 
-// ---- Exact integer MXFP4 decode (one row) ----
-// vdpbf16ps takes ~2.1 cycles here; vpdpbusd (64 byte products into 16 int32) issues two per cycle. Per 64 bytes of
-// weights the integer path below takes 1 shift, 2 vpermb and 4 vpdpbusd (~25 GB/s -> ~45 GB/s of weights on one
-// core in L1 against the int16 pairs' 3 shifts, 4 vpermw and 4 vpdpwssd), so a row's blocks go through integers
-// wherever that gives the same bits.
+// ---- Exact integer MXFP4 decode (rows 1..kTiledDecodeMaxRows per pass) ----
+// On this project's Xeon (AMX, AVX-512) vpdpbusd (64 byte products into 16 int32) and vfmadd231ps both issue two
+// per cycle, vdpbf16ps one every two, vpermb / vpermps one per cycle. Per 64 bytes of weights (128 MXFP4 codes, 8 k
+// of 16 outputs) the integer path below takes 1 shift and 2 vpermb for all rows, then 2 vpdpbusd per row and byte
+// piece of N (2 or 3 pieces), against the FMA recipe's 8 vpermps and 7 shifts, then 8 FMAs per row; one row's
+// vdpbf16ps chain takes 4 vpermw, 3 shifts and 4 vdpbf16ps. So every row's blocks go through integers wherever
+// that gives the chain's bits.
 // Activation a = N * 2^(s-10) with N an integer: an e4m3 value is sig * 2^(e'-10) (sig = 8 + mantissa and e' = the
 // exponent field for normals, sig = mantissa and e' = 1 for subnormals), and s = the smallest e' of the block's
 // nonzero values. Weight w = W / 2 with W = 2 * e2m1 in [-12, 12]. A block's sum of a * w is then
-// (Σ N * W) * 2^(s-11), Σ N * W an exact int32. Where every |N| < 2^15, every partial sum of any order is a multiple
-// of 2^(s-11) below 32 * 12 * 2^15 < 2^24 of them, so the vdpbf16ps chain is exact at each step (and never
+// (Σ N * W) * 2^(s-11), Σ N * W an exact int32. Where 12 Σ |N| < 2^24 (and no code is NaN), every partial sum of
+// any order is a multiple of 2^(s-11) below 2^24 of them, so the bf16 chain is exact at each step (and never
 // subnormal: 2^(s-11) >= 2^-10) and gives (Σ N * W) * 2^(s-11) too: the same bits, whatever the weights. Other
-// blocks (NaN codes; magnitudes spanning more than 2^11 in steps, a few in a hundred for act_quant'ed activations)
-// keep the bf16 path.
-// vpdpbusd multiplies unsigned by signed bytes, so the weights enter as W + 12 in [0, 24] and N as two signed bytes,
-// N = 256 * high + low with low in [-128, 127] (high is then in [-128, 127] too: N <= 15 << 11 = 30720):
-// Σ N * W = 256 * Σ (W + 12) * high + Σ (W + 12) * low - 12 * Σ N, every term far inside int32.
+// blocks (NaN codes; sums past that bound, a few in a thousand for act_quant'ed activations) keep the chain.
+// vpdpbusd multiplies unsigned by signed bytes, so the weights enter as W + 12 in [0, 24] and N as signed bytes,
+// N = 65536 * p2 + 256 * p1 + p0 with p0, p1 in [-128, 127] (|N| <= 15 << 14 < 2^18, so |p2| <= 4; p2 = 0 where
+// every |N| < 2^15 - 128, and such a block takes two pieces):
+// Σ N * W = 65536 Σ (W + 12) p2 + 256 Σ (W + 12) p1 + Σ (W + 12) p0 - 12 Σ N, every term far inside int32.
 namespace {
-// A block's activations as the integers N of the comment above, 16 per half h (k order), with s (smallest), the
-// largest |N| and Σ |N|.
+// A block's activations as the integers N of the comment above, 16 per half h (k order), with s (smallest) and
+// Σ |N|.
 struct ExactFp4Block {
   __m512i n[2];
   bool nan = false;
-  int smallest = 1, largest = 0, magnitude_sum = 0;
+  int smallest = 1, magnitude_sum = 0;
+  // 12 Σ |N| < 2^24 and no NaN: every order of the block's products sums exactly.
+  bool exact() const { return !nan && 12 * magnitude_sum < (1 << 24); }
 };
 
 DSFLASH_AVX512 inline ExactFp4Block exact_fp4_block(const uint8_t* block) {
@@ -81,106 +85,132 @@ DSFLASH_AVX512 inline ExactFp4Block exact_fp4_block(const uint8_t* block) {
     // Zero codes have sig 0; a negative shift count (a zero's e' of 1 below s) shifts everything out too.
     // |N| <= 15 << 14, Σ |N| < 2^23.
     const __m512i n = _mm512_sllv_epi32(sig[h], _mm512_sub_epi32(step[h], _mm512_set1_epi32(result.smallest)));
-    result.largest = std::max(result.largest, _mm512_reduce_max_epi32(n));
     result.magnitude_sum += _mm512_reduce_add_epi32(n);
     result.n[h] = _mm512_mask_sub_epi32(n, _mm512_test_epi32_mask(code[h], _mm512_set1_epi32(0x80)),
                                         _mm512_setzero_si512(), n);
   }
   return result;
 }
+
+// The low signed byte of each int32 (in [-128, 127]) and the rest, (n - low) / 256.
+DSFLASH_AVX512 inline __m512i low_signed_byte(__m512i n) {
+  return _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(n, _mm512_set1_epi32(128)), _mm512_set1_epi32(0xff)),
+                          _mm512_set1_epi32(128));
+}
 }  // namespace
 
-DSFLASH_AVX512 void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int8_t* pieces, int32_t* biases,
-                                          float* units) {
-  // Bytes [low | high] of 16 N (k order) -> per 8 k: low, then high, each in the tiled lanes' k order 0 4 1 5 2 6 3 7.
-  alignas(32) static constexpr auto kOrder = [] {
-    std::array<uint8_t, 32> order{};
-    for (int j = 0; j < 32; ++j) {
-      const int in_lane = (j % 8) / 2 + 4 * (j % 2);  // 0 4 1 5 2 6 3 7
-      order[j] = static_cast<uint8_t>(16 * ((j % 16) / 8) + 8 * (j / 16) + in_lane);
-    }
-    return order;
-  }();
-  const __m256i piece_order = _mm256_load_si256(reinterpret_cast<const __m256i*>(kOrder.data()));
-  for (int64_t b = 0; b < k / 32; ++b) {
-    const ExactFp4Block block = exact_fp4_block(codes + 32 * b);
+DSFLASH_AVX512 void prepare_exact_fp4_rows(const uint8_t* codes, int64_t rows, int64_t k, int8_t* pieces,
+                                           int32_t* biases, float* units, uint8_t* piece_counts) {
+  // 16 bytes of k order -> per 8 k the tiled lanes' order 0 4 1 5 2 6 3 7.
+  const __m128i lane_order = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  const int64_t kb = k / 32;
+  for (int64_t rb = 0; rb < rows * kb; ++rb) {
+    const ExactFp4Block block = exact_fp4_block(codes + 32 * rb);
+    int8_t* block_pieces = pieces + kExactFp4PieceBlockBytes * rb;
     int sum = 0;
+    bool third = false;
     for (int h = 0; h < 2; ++h) {
-      const __m512i n = block.n[h];
-      sum += _mm512_reduce_add_epi32(n);
-      const __m512i low = _mm512_sub_epi32(
-          _mm512_and_si512(_mm512_add_epi32(n, _mm512_set1_epi32(128)), _mm512_set1_epi32(0xff)), _mm512_set1_epi32(128));
-      const __m512i high = _mm512_srai_epi32(_mm512_sub_epi32(n, low), 8);
-      const __m256i bytes = _mm256_set_m128i(_mm512_cvtepi32_epi8(high), _mm512_cvtepi32_epi8(low));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pieces + 64 * b + 32 * h),
-                          _mm256_permutexvar_epi8(piece_order, bytes));
+      __m512i rest = block.n[h];
+      sum += _mm512_reduce_add_epi32(rest);
+      for (int p = 0; p < 3; ++p) {
+        const __m512i piece = p < 2 ? low_signed_byte(rest) : rest;
+        rest = _mm512_srai_epi32(_mm512_sub_epi32(rest, piece), 8);
+        if (p == 2) third |= _mm512_test_epi32_mask(piece, piece) != 0;
+        const __m128i bytes = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(piece), lane_order);
+        // vector 2h + i of the block: its 8 bytes of piece p at 8 p
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(block_pieces + kExactFp4PieceVectorBytes * (2 * h) + 8 * p),
+                         bytes);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(block_pieces + kExactFp4PieceVectorBytes * (2 * h + 1) + 8 * p),
+                         _mm_unpackhi_epi64(bytes, bytes));
+      }
     }
-    biases[b] = -kExactFp4WeightBias * sum;
-    units[b] = !block.nan && block.largest < (1 << 15) ? std::ldexp(1.0f, block.smallest - 11) : 0.0f;
+    biases[rb] = -kExactFp4WeightBias * sum;
+    const bool exact = block.exact();
+    units[rb] = exact ? std::ldexp(1.0f, block.smallest - 11) : 0.0f;
+    piece_counts[rb] = static_cast<uint8_t>(!exact ? 0 : third ? 3 : 2);
   }
 }
 
 // Every partial sum of a block's products, in any order and grouping, is a multiple of 2^(s-11) of magnitude at
-// most 12 Σ |N| of them: exact in fp32 below 2^24 of them (a wider set than the one-row integer path's, which needs
-// each N in two bytes).
+// most 12 Σ |N| of them: exact in fp32 below 2^24 of them.
 DSFLASH_AVX512 void exact_fp4_blocks(const uint8_t* codes, int64_t k, uint8_t* exact) {
-  for (int64_t b = 0; b < k / 32; ++b) {
-    const ExactFp4Block block = exact_fp4_block(codes + 32 * b);
-    exact[b] = !block.nan && 12 * block.magnitude_sum < (1 << 24) ? 1 : 0;
-  }
+  for (int64_t b = 0; b < k / 32; ++b) exact[b] = exact_fp4_block(codes + 32 * b).exact() ? 1 : 0;
 }
 
 namespace {
 
-// NT tiles' partials of blocks [b, b + NB) for one row from g.exact_pieces (every block exact; see
-// prepare_exact_fp4_row). Per 64-byte vector (8 k of 16 outputs): vpermb on the bytes and on the bytes shifted
-// right by 4 gives W + 12 of the low and the high nibbles (dword lane i = output i's k 0 4 1 5 and 2 6 3 7 of
-// the vector), each multiplied by the broadcast low and high bytes of N in that order. Sums of integers, exact in
-// any order.
-template <int NB, int NT>
+// The partials of blocks [b, b + NB) of NT tiles for R rows from g.exact_pieces (every row's blocks exact, P byte
+// pieces; see prepare_exact_fp4_rows). Per 64-byte vector (8 k of 16 outputs): vpermb on the bytes and on the bytes
+// shifted right by 4 gives W + 12 of the low and the high nibbles (dword lane i = output i's k 0 4 1 5 and 2 6 3 7
+// of the vector), each multiplied by every row's broadcast piece bytes in that order. Sums of integers, exact in
+// any order. The tiles go kTilesAtOnce at a time through a block, so that the R x P integer sums of each stay in
+// registers.
+template <int NB, int R, int NT, int P>
 DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* w, int64_t tile_bytes, int64_t b,
                                               int64_t prefetch_bytes, __m512i biased_table,
-                                              __m512 (&partial)[NB][1][NT]) {
-  constexpr int64_t kBlockBytes = kTiledVectors<true> * kTileMajorVectorBytes;
-  for (int n = 0; n < NB; ++n) {
-    __m512i low[NT], high[NT];
-    for (int t = 0; t < NT; ++t) {
-      low[t] = _mm512_set1_epi32(g.exact_biases[b + n]);
-      high[t] = _mm512_setzero_si512();
-    }
-    for (int v = 0; v < kTiledVectors<true>; ++v) {
-      int32_t piece[4];  // low bytes of k 0 4 1 5, of k 2 6 3 7, then the high bytes
-      std::memcpy(piece, g.exact_pieces + 16 * (kTiledVectors<true> * (b + n) + v), 16);
-      for (int t = 0; t < NT; ++t) {
-        const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
-        _mm_prefetch(reinterpret_cast<const char*>(vector + prefetch_bytes), _MM_HINT_T0);
-        const __m512i raw = _mm512_loadu_si512(vector);
-        const __m512i first = _mm512_permutexvar_epi8(raw, biased_table);
-        const __m512i second = _mm512_permutexvar_epi8(_mm512_srli_epi16(raw, 4), biased_table);
-        low[t] = _mm512_dpbusd_epi32(low[t], first, _mm512_set1_epi32(piece[0]));
-        low[t] = _mm512_dpbusd_epi32(low[t], second, _mm512_set1_epi32(piece[1]));
-        high[t] = _mm512_dpbusd_epi32(high[t], first, _mm512_set1_epi32(piece[2]));
-        high[t] = _mm512_dpbusd_epi32(high[t], second, _mm512_set1_epi32(piece[3]));
+                                              __m512 (&partial)[NB][R][NT]) {
+  constexpr int kVectors = kTiledVectors<true>;
+  constexpr int64_t kBlockBytes = kVectors * kTileMajorVectorBytes;
+  constexpr int kTilesAtOnce = R * P * NT <= 16 ? NT : R * P * 2 <= 24 ? 2 : 1;
+  for (int n = 0; n < NB; ++n)
+    for (int t0 = 0; t0 < NT; t0 += kTilesAtOnce) {
+      __m512i sums[R][kTilesAtOnce][P];
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < kTilesAtOnce; ++t) {
+          sums[r][t][0] = _mm512_set1_epi32(g.exact_biases[r * g.kb + b + n]);
+          for (int p = 1; p < P; ++p) sums[r][t][p] = _mm512_setzero_si512();
+        }
+      // Row r's pieces of this block: per vector, per piece, 4 bytes of k 0 4 1 5 then 4 of k 2 6 3 7.
+      const int8_t* row_pieces[R];
+      for (int r = 0; r < R; ++r) row_pieces[r] = g.exact_pieces + (r * g.kb + b + n) * kExactFp4PieceBlockBytes;
+      auto piece = [&](int r, int v, int i) DSFLASH_AVX512 {
+        int32_t bytes;
+        std::memcpy(&bytes, row_pieces[r] + v * kExactFp4PieceVectorBytes + 4 * i, 4);
+        return _mm512_set1_epi32(bytes);
+      };
+      for (int v = 0; v < kVectors; ++v) {
+        __m512i first[kTilesAtOnce], second[kTilesAtOnce];
+        for (int t = 0; t < kTilesAtOnce; ++t) {
+          const uint8_t* vector = w + (t0 + t) * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
+          _mm_prefetch(reinterpret_cast<const char*>(vector + prefetch_bytes), _MM_HINT_T0);
+          const __m512i raw = _mm512_loadu_si512(vector);
+          first[t] = _mm512_permutexvar_epi8(raw, biased_table);
+          second[t] = _mm512_permutexvar_epi8(_mm512_srli_epi16(raw, 4), biased_table);
+        }
+        // Each broadcast serves the tiles at once (so it need not stay in a register).
+        for (int r = 0; r < R; ++r)
+          for (int p = 0; p < P; ++p) {
+            const __m512i low_k = piece(r, v, 2 * p), high_k = piece(r, v, 2 * p + 1);
+            for (int t = 0; t < kTilesAtOnce; ++t) {
+              sums[r][t][p] = _mm512_dpbusd_epi32(sums[r][t][p], first[t], low_k);
+              sums[r][t][p] = _mm512_dpbusd_epi32(sums[r][t][p], second[t], high_k);
+            }
+          }
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512 unit = _mm512_set1_ps(g.exact_units[r * g.kb + b + n]);
+        for (int t = 0; t < kTilesAtOnce; ++t) {
+          __m512i total = _mm512_add_epi32(sums[r][t][0], _mm512_slli_epi32(sums[r][t][1], 8));
+          if constexpr (P == 3) total = _mm512_add_epi32(total, _mm512_slli_epi32(sums[r][t][2], 16));
+          partial[n][r][t0 + t] = _mm512_mul_ps(_mm512_cvtepi32_ps(total), unit);
+        }
       }
     }
-    for (int t = 0; t < NT; ++t)
-      partial[n][0][t] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(high[t], 8), low[t])),
-                                       _mm512_set1_ps(g.exact_units[b + n]));
-  }
 }
 
 // NT (1, 2 or 4) adjacent tiles from `tile` on, all of K, for R rows of plain bf16 activations (g.act [R, in]).
 // Each vector is decoded once for the R rows, and each activation broadcast serves the NT tiles. Per (row,
 // tile, block) one accumulator takes the 16 pairs in order, as rows_chunk does; the tiles give independent
-// chains, and the blocks' chains overlap out of order. One MXFP4 row: blocks exact in integers (g.exact_units)
-// take exact_fp4_partials, four at a time where a group is all exact.
+// chains, and the blocks' chains overlap out of order. MXFP4: blocks exact in integers for every row of the pass
+// (g.exact_piece_counts) take exact_fp4_partials, several at a time where a group is all exact.
 // kFma: fp32 FMAs in vdpbf16ps's order instead, on g.act_f32 [R, in] (RowsMultiply::kFp32Fma; run_block_gemm
 // checks that no product or sum can be subnormal). FP8: each bf16 pair vector splits into fp32 weights
 // (pair_as_fp32). MXFP4: vector v's dword lane i holds output i's pairs 4v..4v+3 as
 // nibbles, the even elements in the low word and the odd ones in the high word, so the pair q element comes out of
 // vpermps on the dword shifted right by 4q (even) or 16 + 4q (odd): 8 lookups of 16 fp32 weights and 7 shifts per
 // 64 bytes, against 4 vpermw, 3 shifts and 4 vdpbf16ps. Either way the conversion costs more and the multiplies
-// less, which pays from 2 rows on (R = 1 keeps vdpbf16ps, see run_block_gemm).
+// less, which pays from 2 rows on (R = 1 keeps vdpbf16ps, see run_block_gemm). MXFP4 blocks take either only where
+// some row's block cannot take the integers.
 template <bool kFp4, int R, int NT, bool kFma = false>
 DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
   constexpr int kVectors = kTiledVectors<kFp4>, kPairs = kTiledPairs<kFp4>;
@@ -215,8 +245,9 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       }
     // NB blocks at a time: their chains are independent, so NB x NT x R of them are in flight (one chain alone
     // would wait ~6 cycles per pair on the previous vdpbf16ps).
-    // exact: one MXFP4 row whose NB blocks all take the integers (exact_fp4_partials).
-    auto blocks = [&]<int NB>(int64_t b, bool exact) DSFLASH_AVX512 {
+    // pieces: 2 or 3 where every row's NB blocks take the integers (exact_fp4_partials with that many byte pieces),
+    // 0 where they take the chain.
+    auto blocks = [&]<int NB>(int64_t b, int pieces) DSFLASH_AVX512 {
       // In a tile's last kAhead bytes, each stream prefetches the start of the tile it reads next (NT tiles
       // on, the next call's), so that the next call's streams do not start cold.
       constexpr int64_t kAhead = kTiledPrefetchBytes;
@@ -226,11 +257,16 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       for (int n = 0; n < NB; ++n)
         for (int r = 0; r < R; ++r)
           for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_setzero_ps();
-      if constexpr (kFp4 && R == 1 && !kFma)
-        if (exact) exact_fp4_partials<NB, NT>(g, w, tile_bytes, b, prefetch_bytes, biased_table, acc);
-      // FMA: vector by vector across the NB blocks, so that consecutive FMAs feed different chains (each waits
-      // ~4 cycles on its previous one, 2 * kPairs times per vector).
-      if constexpr (kFma) {
+      auto exact = [&]<int P>() DSFLASH_AVX512 {
+        if constexpr (kFp4) exact_fp4_partials<NB, R, NT, P>(g, w, tile_bytes, b, prefetch_bytes, biased_table, acc);
+      };
+      if (pieces == 2) {
+        exact.template operator()<2>();
+      } else if (pieces == 3) {
+        exact.template operator()<3>();
+      } else if constexpr (kFma) {
+        // FMA: vector by vector across the NB blocks, so that consecutive FMAs feed different chains (each waits
+        // ~4 cycles on its previous one, 2 * kPairs times per vector).
         for (int v = 0; v < kVectors; ++v)
           for (int n = 0; n < NB; ++n) {
             // MXFP4: the raw vector; FP8: its kPairs bf16 pair vectors (dword lane = output).
@@ -265,7 +301,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
               pair.template operator()<3>();
             }
           }
-      } else if (!exact) {
+      } else {
         for (int n = 0; n < NB; ++n)
           for (int v = 0; v < kVectors; ++v) {
             __m512i pairs[NT][kPairs];
@@ -299,21 +335,33 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
     // Four tiles: one MXFP4 row two blocks at once (4 x 4 partials and the integer sums in registers; four would
     // spill them), several rows one.
     constexpr int kBlocksAtOnce = R == 1 ? (kFp4 && NT == 4 ? 2 : 4) : R == 2 && NT < 4 ? 2 : 1;
-    auto block_exact = [&](int64_t b) {
-      return kFp4 && R == 1 && !kFma && g.exact_units != nullptr && g.exact_units[b] != 0.0f;
+    // The byte pieces block b takes for all R rows (the most any row needs), 0 if a row's block takes the chain.
+    auto block_pieces = [&](int64_t b) {
+      if (!kFp4 || g.exact_piece_counts == nullptr) return 0;
+      int most = 0;
+      for (int r = 0; r < R; ++r) {
+        const int count = g.exact_piece_counts[r * g.kb + b];
+        if (count == 0) return 0;
+        most = std::max(most, count);
+      }
+      return most;
     };
     int64_t b = b0;
     for (; b + kBlocksAtOnce <= b1; b += kBlocksAtOnce) {
-      int exact = 0;
-      for (int n = 0; n < kBlocksAtOnce; ++n) exact += block_exact(b + n);
+      int exact = 0, most = 0;
+      for (int n = 0; n < kBlocksAtOnce; ++n) {
+        const int pieces = block_pieces(b + n);
+        exact += pieces != 0;
+        most = std::max(most, pieces);
+      }
       // A group that mixes exact blocks with others goes block by block, so that its exact ones still take the
       // integers (the partials reach y in K order either way).
       if (exact == 0 || exact == kBlocksAtOnce)
-        blocks.template operator()<kBlocksAtOnce>(b, exact != 0);
+        blocks.template operator()<kBlocksAtOnce>(b, most);
       else
-        for (int n = 0; n < kBlocksAtOnce; ++n) blocks.template operator()<1>(b + n, block_exact(b + n));
+        for (int n = 0; n < kBlocksAtOnce; ++n) blocks.template operator()<1>(b + n, block_pieces(b + n));
     }
-    for (; b < b1; ++b) blocks.template operator()<1>(b, block_exact(b));
+    for (; b < b1; ++b) blocks.template operator()<1>(b, block_pieces(b));
   }
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) _mm512_storeu_ps(g.y + r * g.out + (tile + t) * kTile, y[r][t]);
@@ -326,12 +374,9 @@ DSFLASH_AVX512 void tiled_decode_passes(const GemmArgs& g, int64_t tile) {
   const int64_t passes = (g.rows + kTiledDecodeMaxRows - 1) / kTiledDecodeMaxRows;
   for (int64_t pass = 0, r0 = 0; pass < passes; ++pass) {
     const int64_t r1 = g.rows * (pass + 1) / passes;
-    GemmArgs rows = g;  // rows [r0, r1): the activations, their scales and the outputs are row-major
+    GemmArgs rows = g;  // rows [r0, r1)
     rows.rows = r1 - r0;
-    if (g.act != nullptr) rows.act = g.act + r0 * g.in;
-    if (g.act_f32 != nullptr) rows.act_f32 = g.act_f32 + r0 * g.in;
-    rows.act_scales = g.act_scales + r0 * g.kb;
-    rows.y = g.y + r0 * g.out;
+    rows.advance_rows(r0);
     switch (rows.rows) {
       case 1: tiled_decode<kFp4, 1, NT, kFma>(rows, tile); break;
       case 2: tiled_decode<kFp4, 2, NT, kFma>(rows, tile); break;

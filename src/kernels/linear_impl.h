@@ -14,9 +14,9 @@ namespace dsflash::linear_impl {
 const LinearKernels* avx2_kernels();
 // AVX-512 F/BW/VL/DQ + BF16 + VBMI + VNNI (Zen 4/5, Sapphire Rapids and later). nullptr when absent.
 // How its FP8 / MXFP4 GEMM multiplies where several rows share each decoded weight (the multi-row path, and 2-4
-// rows on tile-major weights; one row uses vdpbf16ps, or for MXFP4 exact integer dots): vdpbf16ps on bf16 pairs,
-// or fp32 FMAs on the same values in vdpbf16ps's order (each pair's odd product, then its even one, one rounding
-// each). Both give the same bits: the products are exact and, in what this GEMM feeds them, never subnormal
+// rows on tile-major weights, where MXFP4 blocks take exact integer dots wherever they can; one row uses
+// vdpbf16ps): vdpbf16ps on bf16 pairs, or fp32 FMAs on the same values in vdpbf16ps's order (each pair's odd
+// product, then its even one, one rounding each). Both give the same bits: the products are exact and, in what this GEMM feeds them, never subnormal
 // (vdpbf16ps would flush them; the GEMM checks bf16 activations and keeps vdpbf16ps where it cannot tell). CPUs
 // differ in which is faster: on one Xeon vdpbf16ps took 2.1 cycles per 32 products and an FMA 0.5 per 16.
 enum class RowsMultiply { kBf16Dot, kFp32Fma };
@@ -24,16 +24,21 @@ const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply);  // "avx
 // The faster of the two on this CPU (timed once, ~16 ms); avx512_kernels() is that table.
 RowsMultiply fastest_rows_multiply();
 const LinearKernels* avx512_kernels();
-// The AVX-512 tables' one-row MXFP4 decode multiplies blocks in integers where that gives the bits of the bf16
-// chain (linear_avx512_tiled.cpp): e4m3 codes [k] -> the integers N (a = N * units * 2) as two signed bytes,
-// N = 256 * high + low with low in [-128, 127], in pieces [k / 8, 16]: per 8 k (k0 + 0..7), the low bytes of
-// k0 + 0 4 1 5 2 6 3 7, then the high bytes in that order; biases [k/32] int32 = -12 * (Σ N of the block); units [k/32]
-// (a power of two per block, 0 where the block keeps the bf16 path: NaN codes, or |N| >= 2^15; pieces and biases
-// are then unspecified). Only where avx512_kernels() is not nullptr.
-void prepare_exact_fp4_row(const uint8_t* codes, int64_t k, int8_t* pieces, int32_t* biases, float* units);
+// The AVX-512 tables' MXFP4 decode (tile-major weights, passes of 1..4 rows) multiplies blocks in integers where that
+// gives the bits of the bf16 chain (linear_avx512_tiled.cpp): e4m3 codes [rows, k] -> the integers N (a = N * unit *
+// 2) as signed bytes, N = 65536 * p2 + 256 * p1 + p0 with p0, p1 in [-128, 127], in pieces
+// [rows, k / 32, kExactFp4PieceBlockBytes]: per 8 k (k0 + 0..7) kExactFp4PieceVectorBytes, for p = 0, 1, 2 the bytes
+// of piece p of k0 + 0 4 1 5 2 6 3 7; biases [rows, k/32] int32 = -12 * (Σ N of the block); units [rows, k/32] (a
+// power of two); piece_counts [rows, k/32]: 2 where every p2 is 0, else 3, and 0 where the block keeps the bf16 chain
+// (a NaN code, or 12 Σ |N| >= 2^24: then units is 0 and pieces and biases are unspecified). Only where
+// avx512_kernels() is not nullptr.
+constexpr int64_t kExactFp4PieceVectorBytes = 24;
+constexpr int64_t kExactFp4PieceBlockBytes = 4 * kExactFp4PieceVectorBytes;
+void prepare_exact_fp4_rows(const uint8_t* codes, int64_t rows, int64_t k, int8_t* pieces, int32_t* biases,
+                            float* units, uint8_t* piece_counts);
 // Whether the products of each 32-K block of e4m3 codes [k] with any MXFP4 weight block sum exactly in fp32 in any
-// order (exact [k/32], 1 or 0: no NaN code, and 12 Σ |N| < 2^24 with N as above), so that the AMX tile unit gives the
-// bf16 chain's bits there (the multi-row MXFP4 GEMM on tiles, linear_amx.cpp).
+// order (exact [k/32], 1 or 0: no NaN code, and 12 Σ |N| < 2^24 with N as above, the blocks where piece_counts is not
+// 0), so that the AMX tile unit gives the bf16 chain's bits there (the multi-row MXFP4 GEMM on tiles, linear_amx.cpp).
 void exact_fp4_blocks(const uint8_t* codes, int64_t k, uint8_t* exact);
 // The AVX-512 table with the FP8 GEMMs of every row count on AMX-BF16 tiles (Sapphire Rapids and later, where the OS
 // grants tile data). nullptr when absent.

@@ -9,6 +9,7 @@
 
 #include "formats/formats.h"
 #include "kernels/linear.h"
+#include "kernels/linear_impl.h"
 
 namespace dsflash::test {
 
@@ -166,6 +167,39 @@ inline Exact exact_bf16(const float* x, const Bf16Weight& w, int64_t r, int64_t 
     e.abs_sum += std::fabs(t);
   }
   return e;
+}
+
+// Every linear kernel table this CPU runs but the scalar reference.
+inline std::vector<const LinearKernels*> fast_kernels() {
+  std::vector<const LinearKernels*> all = linear_impl::available_kernels();
+  all.pop_back();  // the reference itself
+  return all;
+}
+
+// An FP8 and an MXFP4 weight in the checkpoint's order, or as the load-time tile-major copy (tiled).
+struct OrderedWeights {
+  Fp8WeightData w8;
+  Fp4WeightData w4;
+  bool tiled = false;
+  Fp8Weight fp8() const {
+    Fp8Weight v = w8.view();
+    v.tile_major = tiled;
+    return v;
+  }
+  Fp4Weight fp4() const {
+    Fp4Weight v = w4.view();
+    v.tile_major = tiled;
+    return v;
+  }
+};
+inline OrderedWeights in_order(const Fp8WeightData& w8, const Fp4WeightData& w4, bool tiled) {
+  OrderedWeights o{w8, w4, tiled};
+  if (tiled) {
+    repack_fp8_tile_major(w8.codes.data(), w8.out, w8.in, o.w8.codes.data());
+    repack_fp4_tile_major(w4.packed.data(), w4.out, w4.in, o.w4.packed.data());
+    repack_fp4_scales_tile_major(w4.scales.data(), w4.out, w4.in, o.w4.scales.data());
+  }
+  return o;
 }
 
 // Bound of an fp32 sum of n terms in any order: n * 2^-24 * Σ|terms| (first-order; n*u << 1 here).
