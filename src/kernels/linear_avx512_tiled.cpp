@@ -63,9 +63,9 @@ struct ExactFp4Block {
 
 DSFLASH_AVX512 inline ExactFp4Block exact_fp4_block(const uint8_t* block) {
   const __m512i magnitude_bits = _mm512_set1_epi32(0x7f), mantissa_bits = _mm512_set1_epi32(7);
-  __m512i code[2], sig[2], step[2];
+  const __m512i above_every_step = _mm512_set1_epi32(16);
+  __m512i code[2], sig[2], step[2], nonzero_steps[2];
   bool nan = false;
-  int smallest = 16;  // above every e'
   for (int h = 0; h < 2; ++h) {
     code[h] = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * h)));
     const __m512i magnitude = _mm512_and_si512(code[h], magnitude_bits);
@@ -75,59 +75,85 @@ DSFLASH_AVX512 inline ExactFp4Block exact_fp4_block(const uint8_t* block) {
     sig[h] = _mm512_mask_or_epi32(mantissa, _mm512_test_epi32_mask(exponent, exponent), mantissa,
                                   _mm512_set1_epi32(8));
     step[h] = _mm512_max_epi32(exponent, _mm512_set1_epi32(1));
-    const __mmask16 nonzero = _mm512_test_epi32_mask(magnitude, magnitude);
-    if (nonzero != 0) smallest = std::min(smallest, _mm512_mask_reduce_min_epi32(nonzero, step[h]));
+    nonzero_steps[h] = _mm512_mask_mov_epi32(above_every_step, _mm512_test_epi32_mask(magnitude, magnitude), step[h]);
   }
   ExactFp4Block result;
   result.nan = nan;
+  const int smallest = _mm512_reduce_min_epi32(_mm512_min_epi32(nonzero_steps[0], nonzero_steps[1]));
   result.smallest = smallest == 16 ? 1 : smallest;  // all zero: any unit
+  __m512i magnitudes = _mm512_setzero_si512();
   for (int h = 0; h < 2; ++h) {
     // Zero codes have sig 0; a negative shift count (a zero's e' of 1 below s) shifts everything out too.
     // |N| <= 15 << 14, Σ |N| < 2^23.
     const __m512i n = _mm512_sllv_epi32(sig[h], _mm512_sub_epi32(step[h], _mm512_set1_epi32(result.smallest)));
-    result.magnitude_sum += _mm512_reduce_add_epi32(n);
+    magnitudes = _mm512_add_epi32(magnitudes, n);
     result.n[h] = _mm512_mask_sub_epi32(n, _mm512_test_epi32_mask(code[h], _mm512_set1_epi32(0x80)),
                                         _mm512_setzero_si512(), n);
   }
+  result.magnitude_sum = _mm512_reduce_add_epi32(magnitudes);
   return result;
 }
 
-// The low signed byte of each int32 (in [-128, 127]) and the rest, (n - low) / 256.
+// The low signed byte of each int32 (in [-128, 127]).
 DSFLASH_AVX512 inline __m512i low_signed_byte(__m512i n) {
   return _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(n, _mm512_set1_epi32(128)), _mm512_set1_epi32(0xff)),
                           _mm512_set1_epi32(128));
 }
+
+// vpermt2b indices of a block's kExactFp4PieceBlockBytes (96) bytes of pieces, from the bytes of piece p, half h
+// (16 k in k order) at 32 p + 16 h (p = 0, 1: the first table) and 64 + 16 h (p = 2: the second): byte 24 v + 8 p + i
+// is piece p of k = 8 v + (0 4 1 5 2 6 3 7)[i]. [0, 64) first, then [64, 96) (the rest 0, unused).
+struct PieceOrder {
+  alignas(64) uint8_t index[2][64];
+};
+constexpr PieceOrder kPieceOrder = [] {
+  PieceOrder order{};
+  for (int out = 0; out < kExactFp4PieceBlockBytes; ++out) {
+    const int v = out / 24, p = (out % 24) / 8, i = out % 8;
+    const int k = 8 * v + (i / 2) + 4 * (i % 2);  // in the half: 8 (v % 2) + that
+    const int in_half = k % 16, h = k / 16;
+    order.index[out / 64][out % 64] = static_cast<uint8_t>(p < 2 ? 32 * p + 16 * h + in_half : 64 + 16 * h + in_half);
+  }
+  return order;
+}();
 }  // namespace
 
 DSFLASH_AVX512 void prepare_exact_fp4_rows(const uint8_t* codes, int64_t rows, int64_t k, int8_t* pieces,
                                            int32_t* biases, float* units, uint8_t* piece_counts) {
-  // 16 bytes of k order -> per 8 k the tiled lanes' order 0 4 1 5 2 6 3 7.
-  const __m128i lane_order = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  const __m512i order_low = _mm512_load_si512(kPieceOrder.index[0]);
+  const __m512i order_high = _mm512_load_si512(kPieceOrder.index[1]);
   const int64_t kb = k / 32;
   for (int64_t rb = 0; rb < rows * kb; ++rb) {
     const ExactFp4Block block = exact_fp4_block(codes + 32 * rb);
-    int8_t* block_pieces = pieces + kExactFp4PieceBlockBytes * rb;
-    int sum = 0;
-    bool third = false;
+    __m128i bytes[3][2];  // piece p of half h, k order
+    __m512i third = _mm512_setzero_si512();
     for (int h = 0; h < 2; ++h) {
-      __m512i rest = block.n[h];
-      sum += _mm512_reduce_add_epi32(rest);
-      for (int p = 0; p < 3; ++p) {
-        const __m512i piece = p < 2 ? low_signed_byte(rest) : rest;
-        rest = _mm512_srai_epi32(_mm512_sub_epi32(rest, piece), 8);
-        if (p == 2) third |= _mm512_test_epi32_mask(piece, piece) != 0;
-        const __m128i bytes = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(piece), lane_order);
-        // vector 2h + i of the block: its 8 bytes of piece p at 8 p
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(block_pieces + kExactFp4PieceVectorBytes * (2 * h) + 8 * p),
-                         bytes);
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(block_pieces + kExactFp4PieceVectorBytes * (2 * h + 1) + 8 * p),
-                         _mm_unpackhi_epi64(bytes, bytes));
-      }
+      const __m512i p0 = low_signed_byte(block.n[h]);
+      const __m512i rest = _mm512_srai_epi32(_mm512_sub_epi32(block.n[h], p0), 8);
+      const __m512i p1 = low_signed_byte(rest);
+      const __m512i p2 = _mm512_srai_epi32(_mm512_sub_epi32(rest, p1), 8);
+      third = _mm512_or_si512(third, p2);
+      bytes[0][h] = _mm512_cvtepi32_epi8(p0);
+      bytes[1][h] = _mm512_cvtepi32_epi8(p1);
+      bytes[2][h] = _mm512_cvtepi32_epi8(p2);
     }
-    biases[rb] = -kExactFp4WeightBias * sum;
+    __m512i low = _mm512_castsi128_si512(bytes[0][0]);
+    low = _mm512_inserti32x4(low, bytes[0][1], 1);
+    low = _mm512_inserti32x4(low, bytes[1][0], 2);
+    low = _mm512_inserti32x4(low, bytes[1][1], 3);
+    const __m512i high = _mm512_inserti32x4(_mm512_castsi128_si512(bytes[2][0]), bytes[2][1], 1);
+    int8_t* block_pieces = pieces + kExactFp4PieceBlockBytes * rb;
+    _mm512_storeu_si512(block_pieces, _mm512_permutex2var_epi8(low, order_low, high));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(block_pieces + 64),
+                        _mm512_castsi512_si256(_mm512_permutex2var_epi8(low, order_high, high)));
+    biases[rb] = -kExactFp4WeightBias * _mm512_reduce_add_epi32(_mm512_add_epi32(block.n[0], block.n[1]));
     const bool exact = block.exact();
-    units[rb] = exact ? std::ldexp(1.0f, block.smallest - 11) : 0.0f;
-    piece_counts[rb] = static_cast<uint8_t>(!exact ? 0 : third ? 3 : 2);
+    // 2^(s - 11), s - 11 in [-10, 4]: a normal float's bits.
+    const uint32_t unit_bits = static_cast<uint32_t>(block.smallest - 11 + 127) << 23;
+    float unit;
+    std::memcpy(&unit, &unit_bits, sizeof(unit));
+    units[rb] = exact ? unit : 0.0f;
+    piece_counts[rb] = static_cast<uint8_t>(!exact ? 0 : _mm512_test_epi32_mask(third, third) != 0 ? 3 : 2);
   }
 }
 
