@@ -89,6 +89,17 @@ BENCHMARK(BM_SparseAttentionBest)
     ->Args({128, 1})
     ->Args({128, 2})
     ->Unit(benchmark::kMillisecond);
+// The AVX-512 table with vdpbf16ps wherever it keeps the bits (Best takes it only where the CPU runs it faster than
+// fp32 FMAs).
+void BM_SparseAttentionAvx512Bf16(benchmark::State& s) {
+  const SparseAttentionKernels* pairs = avx512_pairs_sparse_attention();
+  if (pairs == nullptr) {
+    s.SkipWithError("no AVX512-BF16 on this CPU");
+    return;
+  }
+  run_sparse(s, *pairs, s.range(0), static_cast<int>(s.range(1)));
+}
+BENCHMARK(BM_SparseAttentionAvx512Bf16)->Args({1, 2})->Args({128, 2})->Unit(benchmark::kMillisecond);
 // The AVX2 table (what CPUs without AVX-512 run) on the same shapes.
 void BM_SparseAttentionAvx2(benchmark::State& s) {
   run_sparse(s, avx2_sparse_attention(), s.range(0), static_cast<int>(s.range(1)));

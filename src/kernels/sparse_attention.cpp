@@ -12,6 +12,7 @@
 #include "formats/formats.h"
 #include "kernels/bf16_lanes.h"
 #include "kernels/index_score.h"
+#include "kernels/linear_impl.h"
 #include "kernels/reduce.h"
 #include "kernels/sparse_attention_impl.h"
 #include "kernels/torch_exp.h"
@@ -510,7 +511,14 @@ void attend_fast(const FastPaths& paths, const SparseAttentionArgs& a, ThreadPoo
 
 void attend_avx2(const SparseAttentionArgs& a, ThreadPool* pool) { attend_fast(avx2_paths(), a, pool); }
 
-void attend_avx512(const SparseAttentionArgs& a, ThreadPool* pool) { attend_fast(avx512_paths(), a, pool); }
+// vdpbf16ps only where it runs faster than fp32 FMAs (the linear kernels' timing): the fused FMA paths give the
+// same bits wherever the pairs may run.
+void attend_avx512(const SparseAttentionArgs& a, ThreadPool* pool) {
+  static const bool pairs = linear_impl::fastest_rows_multiply() == linear_impl::RowsMultiply::kBf16Dot;
+  attend_fast(avx512_paths(pairs), a, pool);
+}
+
+void attend_avx512_pairs(const SparseAttentionArgs& a, ThreadPool* pool) { attend_fast(avx512_paths(true), a, pool); }
 
 }  // namespace
 
@@ -528,7 +536,12 @@ const SparseAttentionKernels& avx2_sparse_attention() {
 
 const SparseAttentionKernels* avx512_sparse_attention() {
   static const SparseAttentionKernels kernels{"heads16x8-avx512", attend_avx512};
-  return avx512_paths().pv_block != nullptr ? &kernels : nullptr;
+  return avx512_paths(false).pv_block != nullptr ? &kernels : nullptr;
+}
+
+const SparseAttentionKernels* avx512_pairs_sparse_attention() {
+  static const SparseAttentionKernels kernels{"heads16x8-avx512-bf16", attend_avx512_pairs};
+  return avx512_paths(true).pv_block_pairs != nullptr ? &kernels : nullptr;
 }
 
 const SparseAttentionKernels& best_sparse_attention() {

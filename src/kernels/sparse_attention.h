@@ -53,12 +53,17 @@ const SparseAttentionKernels& reference_sparse_attention();
 // values whose products are normal and finite, from per-row magnitude bounds taken first), which rounds as the
 // oracle's product-then-sum does; elsewhere they round each product first. Where the CPU has AVX512-BF16 and the
 // bounds also rule out subnormal inputs and sums, vdpbf16ps takes two elements per instruction in the same order
-// (sparse_attention_impl.h bf16_dot_exact). Threads take (query, group of 32
+// (sparse_attention_impl.h bf16_dot_exact), on CPUs where it runs faster than two FMAs (the timing of
+// linear_impl::fastest_rows_multiply: on a Xeon with AMX it ran at half their rate, and the FMAs took the attention
+// phase of a 16-sequence decode step from 64 to 41 ms). Threads take (query, group of 32
 // heads) items and run both phases on them, or, when the pool has more threads than those items, the scores over
 // them and then softmax and P·V over (query, group of 8 heads).
 // best: the AVX-512 table where the CPU has AVX-512 F/BW/VL/DQ, else the AVX2 one (the build baseline).
 const SparseAttentionKernels& best_sparse_attention();
 const SparseAttentionKernels& avx2_sparse_attention();
 const SparseAttentionKernels* avx512_sparse_attention();  // nullptr when the CPU lacks AVX-512
+// The AVX-512 table taking vdpbf16ps wherever it keeps the bits, whichever is faster (the same bits as the others);
+// nullptr when the CPU lacks AVX512-BF16.
+const SparseAttentionKernels* avx512_pairs_sparse_attention();
 
 }  // namespace dsflash

@@ -254,13 +254,14 @@ DSFLASH_AVX512 ValueBounds bounds_avx512(const float* values, int64_t count) {
 
 }  // namespace
 
-FastPaths avx512_paths() {
+FastPaths avx512_paths(bool bf16_pairs) {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   if (!supported) return {nullptr, nullptr, nullptr};
   static const bool bf16 = __builtin_cpu_supports("avx512bf16");
-  return {score_rows_avx512, pv_block_avx512, bounds_avx512, bf16 ? score_rows_pairs_avx512 : nullptr,
-          bf16 ? pv_block_pairs_avx512 : nullptr};
+  const bool pairs = bf16 && bf16_pairs;
+  return {score_rows_avx512, pv_block_avx512, bounds_avx512, pairs ? score_rows_pairs_avx512 : nullptr,
+          pairs ? pv_block_pairs_avx512 : nullptr};
 }
 
 }  // namespace dsflash::sparse_attention_impl

@@ -127,9 +127,10 @@ struct FastPaths {
   PvBlockPairsKernel pv_block_pairs = nullptr;      // likewise
 };
 
-// The AVX2 paths (the build baseline) and the AVX-512 (F/VL) ones, nullptr members when the CPU lacks them.
+// The AVX2 paths (the build baseline) and the AVX-512 (F/VL) ones, nullptr members when the CPU lacks them;
+// bf16_pairs: with the vdpbf16ps ones where the CPU has AVX512-BF16.
 FastPaths avx2_paths();
-FastPaths avx512_paths();
+FastPaths avx512_paths(bool bf16_pairs);
 
 // The scalar P·V of one head and element d (the tails of the vector paths): returns the updated num.
 inline float pv_element(const PvBlock& block, int g, int64_t d, float num) {

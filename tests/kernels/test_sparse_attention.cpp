@@ -233,7 +233,7 @@ TEST(SparseAttention, BestIsBitExactWithReferenceOnBatches) {
   check_batch(20, 16, 30000, 3);
 }
 
-// The fast tables (AVX2, and AVX-512 where the CPU has it) against the oracle, memcmp of the outputs, on
+// The fast tables (AVX2, and AVX-512 where the CPU has it, with and without vdpbf16ps) against the oracle, memcmp of the outputs, on
 // ragged shapes: head counts around the P·V groups of 8, the score groups of 32 and their 16-lane halves; dims with a tail past the
 // vector chunks (72 = 48 + 16 + 8); lists around the 64-entry blocks, with scattered -1 entries, a whole block
 // of -1 entries (640) or a last block of only -1 (65), and one query of only -1 entries; 1 and 5 queries
@@ -243,6 +243,7 @@ TEST(SparseAttention, BestIsBitExactWithReferenceOnBatches) {
 TEST(SparseAttention, FastTablesAreBitExactOnRaggedShapes) {
   std::vector<const SparseAttentionKernels*> tables{&avx2_sparse_attention()};
   if (const SparseAttentionKernels* avx512 = avx512_sparse_attention()) tables.push_back(avx512);
+  if (const SparseAttentionKernels* pairs = avx512_pairs_sparse_attention()) tables.push_back(pairs);
   ThreadPool one(1), three(3);
   for (int heads : {1, 3, 16, 17, 33, 64}) {
     for (int64_t dim : {64, 72, 512}) {
@@ -315,6 +316,7 @@ TEST(SparseAttention, FastTablesTakeExpPathsByTensorPosition) {
   ThreadPool pool(3);
   std::vector<const SparseAttentionKernels*> tables{&avx2_sparse_attention()};
   if (const SparseAttentionKernels* avx512 = avx512_sparse_attention()) tables.push_back(avx512);
+  if (const SparseAttentionKernels* pairs = avx512_pairs_sparse_attention()) tables.push_back(pairs);
   for (const SparseAttentionKernels* k : tables) {
     expect_bits_equal(run(p, *k, -x), ref, std::string(k->name) + " exp paths");
     expect_bits_equal(run(p, *k, -x, &pool), ref, std::string(k->name) + " exp paths, pool 3");
@@ -332,6 +334,7 @@ TEST(SparseAttention, FastTablesTakeExpPathsByTensorPosition) {
 TEST(SparseAttention, FastTablesFuseOnlyExactProducts) {
   std::vector<const SparseAttentionKernels*> tables{&avx2_sparse_attention()};
   if (const SparseAttentionKernels* avx512 = avx512_sparse_attention()) tables.push_back(avx512);
+  if (const SparseAttentionKernels* pairs = avx512_pairs_sparse_attention()) tables.push_back(pairs);
   ThreadPool three(3);
   constexpr int64_t kDim = 16;
   struct Case {
@@ -395,8 +398,8 @@ using sparse_attention_impl::ValueBounds;
 TEST(SparseAttention, ValueBoundsOfEveryPath) {
   std::vector<std::pair<const char*, sparse_attention_impl::ValueBoundsKernel>> kernels{
       {"avx2", sparse_attention_impl::avx2_paths().bounds}};
-  if (sparse_attention_impl::avx512_paths().bounds != nullptr) {
-    kernels.push_back({"avx512", sparse_attention_impl::avx512_paths().bounds});
+  if (sparse_attention_impl::avx512_paths(false).bounds != nullptr) {
+    kernels.push_back({"avx512", sparse_attention_impl::avx512_paths(false).bounds});
   }
   const float inf = std::numeric_limits<float>::infinity();
   for (const auto& [name, bounds] : kernels) {
