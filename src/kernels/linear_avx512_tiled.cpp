@@ -4,8 +4,6 @@
 // chain in pair order, as the multi-row path of linear_avx512.cpp does, so a row's result does not depend on the
 // rows it runs with. MXFP4 rows multiply in exact integers wherever that gives the same chain's bits.
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <cstring>
 
 #include "kernels/linear_avx512_impl.h"
