@@ -514,7 +514,8 @@ void attend_avx2(const SparseAttentionArgs& a, ThreadPool* pool) { attend_fast(a
 // vdpbf16ps only where it runs faster than fp32 FMAs (the linear kernels' timing): the fused FMA paths give the
 // same bits wherever the pairs may run.
 void attend_avx512(const SparseAttentionArgs& a, ThreadPool* pool) {
-  static const bool pairs = linear_impl::fastest_rows_multiply() == linear_impl::RowsMultiply::kBf16Dot;
+  static const bool pairs = avx512_paths(true).score_rows_pairs != nullptr &&
+                            linear_impl::fastest_rows_multiply() == linear_impl::RowsMultiply::kBf16Dot;
   attend_fast(avx512_paths(pairs), a, pool);
 }
 
