@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <string>
 
 #include "core/thread_pool.h"
 #include "formats/formats.h"
