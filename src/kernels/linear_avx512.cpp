@@ -882,21 +882,16 @@ const LinearKernels* avx512_kernels() {
 // The AVX-512 table with the FP8 block GEMMs on AMX tiles, every row count (see run_block_gemm); its MXFP4 GEMM
 // is the AVX-512 table's (on the tiles from kFp4AmxMinRows rows, with that table's bits), and so are the bf16 ones.
 const LinearKernels* amx_kernels() {
-  // Everything but the FP8 block GEMM is the AVX-512 table's, with its multiply.
-  static const bool fma = fastest_rows_multiply() == RowsMultiply::kFp32Fma;
-  static const LinearKernels kernels{"amx",
-                                     {.fp8 = true, .fp4 = true},
-                                     fp8_gemm_amx,
-                                     fma ? fp4_gemm_avx512<RowsMultiply::kFp32Fma>
-                                         : fp4_gemm_avx512<RowsMultiply::kBf16Dot>,
-                                     bf16_gemm_avx512,
-                                     fma ? fp8_as_bf16_gemm_avx512<RowsMultiply::kFp32Fma>
-                                         : fp8_as_bf16_gemm_avx512<RowsMultiply::kBf16Dot>,
-                                     false,
-                                     PeakOps::kAmxBf16,
-                                     fma ? fp8_as_bf16_grouped_gemm_avx512<RowsMultiply::kFp32Fma>
-                                         : fp8_as_bf16_grouped_gemm_avx512<RowsMultiply::kBf16Dot>};
-  return avx512_kernels() != nullptr && amx_usable() ? &kernels : nullptr;
+  if (avx512_kernels() == nullptr || !amx_usable()) return nullptr;
+  static const LinearKernels kernels = [] {
+    LinearKernels k = *avx512_kernels();  // with the multiply it chose
+    k.name = "amx";
+    k.fp8_gemm = fp8_gemm_amx;
+    k.gemm_peak = PeakOps::kAmxBf16;
+    k.fp4_amx_min_rows = 0;  // its GEMM peak is the tile unit's already
+    return k;
+  }();
+  return &kernels;
 }
 
 }  // namespace dsflash::linear_impl

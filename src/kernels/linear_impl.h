@@ -16,9 +16,10 @@ const LinearKernels* avx2_kernels();
 // How its FP8 / MXFP4 GEMM multiplies where several rows share each decoded weight (the multi-row path, and 2-4
 // rows on tile-major weights, where MXFP4 blocks take exact integer dots wherever they can; one row uses
 // vdpbf16ps): vdpbf16ps on bf16 pairs, or fp32 FMAs on the same values in vdpbf16ps's order (each pair's odd
-// product, then its even one, one rounding each). Both give the same bits: the products are exact and, in what this GEMM feeds them, never subnormal
-// (vdpbf16ps would flush them; the GEMM checks bf16 activations and keeps vdpbf16ps where it cannot tell). CPUs
-// differ in which is faster: on one Xeon vdpbf16ps took 2.1 cycles per 32 products and an FMA 0.5 per 16.
+// product, then its even one, one rounding each). Both give the same bits: the products are exact and, in what
+// this GEMM feeds them, never subnormal (vdpbf16ps would flush them; the GEMM checks bf16 activations and keeps
+// vdpbf16ps where it cannot tell). CPUs differ in which is faster: on one Xeon vdpbf16ps took 2.1 cycles per 32
+// products and an FMA 0.5 per 16.
 enum class RowsMultiply { kBf16Dot, kFp32Fma };
 const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply);  // "avx512" / "avx512fma"
 // The faster of the two on this CPU (timed once, ~16 ms); avx512_kernels() is that table.
