@@ -294,8 +294,9 @@ void register_all(int threads) {
         const bool tile_major_format = (fp8_codes && k->prefers_tile_major.fp8) ||
                                        (s.format == Format::kFp4 && k->prefers_tile_major.fp4);
         if (tiled && !tile_major_format) continue;
-        // 12: a routed expert's rows in a batch-16 decode step (16 tokens x 6 of 8 experts, wide preset).
-        for (int64_t rows : {1, 4, 12, 16, 64, 256, 2048}) {
+        // 2-4: a routed expert's rows in a batch-4 decode step; 12: in a batch-16 one (16 tokens x 6 of 8 experts,
+        // wide preset).
+        for (int64_t rows : {1, 2, 3, 4, 12, 16, 64, 256, 2048}) {
           if (reference && rows > 1) continue;  // the scalar oracle is only timed at rows = 1
           if (rows == 2048 && (!tiled || s.cached)) continue;
           std::string name =

@@ -1,10 +1,11 @@
 // AVX2 + FMA + F16C linear kernels (the x86-64-v3 baseline).
 //
 // FP8 / FP4 (spec/MODEL.md §4.9): the block partials are scaled and accumulated in K order exactly as the
-// reference: y = y + (partial * sa) * sw. Two paths compute the partials:
+// reference: y = y + (partial * sa) * sw. Three paths compute the partials:
 // - 1..kDecodeMaxRows rows on row-major weights (decode_rows_tiles): each block of 8 outputs is converted in
 //   registers and multiplied at once, in fp32 FMAs, or for MXFP4 in exact integers where the activations allow.
-// - more rows, or tile-major weights (gemm_tiles): weights widened once per chunk into lanes [block][k][48
+// - one row on tile-major FP8 weights (decode_fp8_tile_major): converted in registers, summed down k.
+// - more rows, or 2+ rows on tile-major weights (gemm_tiles): weights widened once per chunk into lanes [block][k][48
 //   outputs] fp32 (bytes transposed, then through the fp16 converter: an e4m3 code's magnitude bits shifted into an
 //   fp16 word give the value times 2^-8 exactly, subnormals included; e2m1 values are fp16 words from a 16-entry
 //   table of high bytes), then each block summed down k from 0 as the reference does, every product exact.
@@ -568,16 +569,17 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
   return *std::max_element(seen, seen + 16);
 }
 
-// R activation rows (1..kDecodeMaxRows) on tile-major FP8 weights (kernels/linear.h), kTiles tiles of 16 outputs from
-// `tile`: per 64-byte vector (k 4v .. 4v + 3 of a tile), a byte shuffle of each quarter and an interleave of two
-// quarters give each k's codes of 8 outputs (as fp8_tile_major_block_to_lanes), which widen in registers
-// (e4m3_fp16_words, F16C) and multiply a broadcast activation. Each block is summed down k from 0, the reference's
-// own order, so every row count gives the reference's bits, as the many-row path does; row-major weights need an
-// 8-lane reduction per output and block instead (reduce_8: about a fifth of the one-row FP8 decode on a Zen 1).
-// Tiles at a time: 4 for one row, fewer for more rows, so that enough sums run at once (each block is one chain
-// of 32 FMAs per 8 outputs) and they stay in registers. Returns the largest magnitude code seen, as
-// decode_rows_tiles does (0x7f: a NaN code, which converts to a finite value here).
-template <int R, int kTiles, bool kCheckNan>
+// One activation row on tile-major FP8 weights (kernels/linear.h), kTiles tiles of 16 outputs from `tile`: per
+// 64-byte vector (k 4v .. 4v + 3 of a tile), a byte shuffle of each quarter and an interleave of two quarters give
+// each k's codes of 8 outputs (as fp8_tile_major_block_to_lanes), which widen in registers (e4m3_fp16_words, F16C)
+// and multiply a broadcast activation, loaded once for every tile. Each block is summed down k from 0, the
+// reference's own order, as the many-row path (gemm_tiles) does, so every row count gives the reference's bits;
+// row-major weights need an 8-lane reduction per output and block instead (reduce_8: about a fifth of the one-row
+// FP8 decode on a Zen 1). 2-4 rows take gemm_tiles: here their 8-16 block sums and the weights of a vector did not
+// fit the 16 registers, and the sums' chains went through the stack (bench_linear avx2 *_fp8_tiled, 2 threads, this
+// kernel against gemm_tiles: wq_b rows:2 4.4 -> 3.5 ms, rows:3 9.6 -> 4.0, rows:4 8.3 -> 4.3). Returns the largest
+// magnitude code seen, as decode_rows_tiles does (0x7f: a NaN code, which converts to a finite value here).
+template <int kTiles, bool kCheckNan>
 uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
@@ -585,20 +587,14 @@ uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
   const int64_t block_bytes = 32 * kTileMajorOutputs;
   const int64_t o0 = tile * kTileMajorOutputs;
   __m256i nan_seen = _mm256_setzero_si256();
-  __m256 y[R][kTiles][2];  // [row][tile][outputs 0-7, 8-15]
-  for (int r = 0; r < R; ++r)
-    for (int u = 0; u < kTiles; ++u) y[r][u][0] = y[r][u][1] = _mm256_setzero_ps();
+  __m256 y[kTiles][2];  // [tile][outputs 0-7, 8-15]
+  for (int u = 0; u < kTiles; ++u) y[u][0] = y[u][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < g.kb; ++b) {
-    __m256 acc[R][kTiles][2];
-    for (int r = 0; r < R; ++r)
-      for (int u = 0; u < kTiles; ++u) acc[r][u][0] = acc[r][u][1] = _mm256_setzero_ps();
+    __m256 acc[kTiles][2];
+    for (int u = 0; u < kTiles; ++u) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
     for (int v = 0; v < 8; ++v) {
-      // a_k (k = 4v .. 4v + 3) broadcast once for every tile: one row only (more rows' would not fit in registers:
-      // bench_linear avx2 rows:4, 1 thread, 1.70 -> 1.62 GB/s; rows:1 3.9-4.0 -> 4.0-4.1).
-      constexpr bool kShareBroadcasts = R == 1;
-      __m256 shared[4];
-      if constexpr (kShareBroadcasts)
-        for (int e = 0; e < 4; ++e) shared[e] = _mm256_broadcast_ss(g.act + 32 * b + 4 * v + e);
+      __m256 x[4];  // a_k, k = 4v .. 4v + 3
+      for (int e = 0; e < 4; ++e) x[e] = _mm256_broadcast_ss(g.act + 32 * b + 4 * v + e);
       for (int u = 0; u < kTiles; ++u) {
         const uint8_t* vector = g.w + (o0 + kTileMajorOutputs * u) * g.in + b * block_bytes + kTileMajorVectorBytes * v;
         for (int h = 0; h < 2; ++h) {
@@ -611,48 +607,32 @@ uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
           __m256 w[2][2];  // [k 0-1, k 2-3][k % 2]: the values of k = 4v + e at w[e / 2][e % 2]
           fp8_pair_values<false>(k.first, w[0]);
           fp8_pair_values<false>(k.second, w[1]);
-          for (int r = 0; r < R; ++r)
-            for (int e = 0; e < 4; ++e) {
-              if constexpr (kShareBroadcasts) {
-                acc[r][u][h] = _mm256_fmadd_ps(w[e / 2][e % 2], shared[e], acc[r][u][h]);
-              } else {
-                const __m256 x = _mm256_broadcast_ss(g.act + r * g.in + 32 * b + 4 * v + e);
-                acc[r][u][h] = _mm256_fmadd_ps(w[e / 2][e % 2], x, acc[r][u][h]);
-              }
-            }
+          for (int e = 0; e < 4; ++e) acc[u][h] = _mm256_fmadd_ps(w[e / 2][e % 2], x[e], acc[u][h]);
         }
       }
     }
+    const __m256 sa = _mm256_set1_ps(dt.e8m0_f32[g.act_scales[b]]);
     for (int u = 0; u < kTiles; ++u) {
       const __m256 w_scale = _mm256_set1_ps(dt.e8m0_f32[g.w_scales[((o0 + kTileMajorOutputs * u) / 32) * g.kb + b]]);
-      for (int r = 0; r < R; ++r) {
-        const __m256 sa = _mm256_set1_ps(dt.e8m0_f32[g.act_scales[r * g.kb + b]]);
-        for (int h = 0; h < 2; ++h)
-          y[r][u][h] = _mm256_add_ps(y[r][u][h],
-                                     _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(acc[r][u][h], unscale), sa), w_scale));
-      }
+      for (int h = 0; h < 2; ++h)
+        y[u][h] = _mm256_add_ps(y[u][h], _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(acc[u][h], unscale), sa), w_scale));
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int u = 0; u < kTiles; ++u)
-      for (int h = 0; h < 2; ++h) {
-        _mm256_storeu_ps(g.y + r * g.out + o0 + kTileMajorOutputs * u + kTile * h, y[r][u][h]);
-      }
+  for (int u = 0; u < kTiles; ++u)
+    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(g.y + o0 + kTileMajorOutputs * u + kTile * h, y[u][h]);
   alignas(32) uint8_t seen[32];
   _mm256_store_si256(reinterpret_cast<__m256i*>(seen), nan_seen);
   return *std::max_element(seen, seen + 32);
 }
 
-// decode_fp8_tile_major over tiles [tile_begin, tile_end) of 16 outputs, kTiles at a time and then one by one. The
-// NaN check (about a tenth of the one-row time) only where the weight may hold NaN codes.
-template <int R, int kTiles>
+// decode_fp8_tile_major over tiles [tile_begin, tile_end) of 16 outputs, 4 at a time and then one by one. The NaN
+// check (about a tenth of the one-row time) only where the weight may hold NaN codes.
 uint8_t decode_fp8_tile_major_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   uint8_t largest = 0;
   auto run = [&]<bool kCheckNan>() {
     int64_t tile = tile_begin;
-    for (; tile + kTiles <= tile_end; tile += kTiles)
-      largest = std::max(largest, decode_fp8_tile_major<R, kTiles, kCheckNan>(g, tile));
-    for (; tile < tile_end; ++tile) largest = std::max(largest, decode_fp8_tile_major<R, 1, kCheckNan>(g, tile));
+    for (; tile + 4 <= tile_end; tile += 4) largest = std::max(largest, decode_fp8_tile_major<4, kCheckNan>(g, tile));
+    for (; tile < tile_end; ++tile) largest = std::max(largest, decode_fp8_tile_major<1, kCheckNan>(g, tile));
   };
   if (g.may_hold_nan) run.template operator()<true>();
   else run.template operator()<false>();
@@ -699,19 +679,13 @@ void run_decode_rows(const GemmArgs& g, ThreadPool* pool) {
   else body(0, tiles, 0);
 }
 
-// decode_fp8_tile_major over every 16-output tile of g (1..kDecodeMaxRows rows), one contiguous range per thread
-// (as run_decode_rows); a range that met a NaN code is recomputed by gemm_tiles.
+// decode_fp8_tile_major over every 16-output tile of g (one row), one contiguous range per thread (as
+// run_decode_rows); a range that met a NaN code is recomputed by gemm_tiles.
 void run_decode_fp8_tile_major(const GemmArgs& g, ThreadPool* pool) {
   auto body = [&](int64_t begin, int64_t end, int) {
-    uint8_t largest = 0;
-    switch (g.rows) {
-      case 1: largest = decode_fp8_tile_major_range<1, 4>(g, begin, end); break;
-      case 2: largest = decode_fp8_tile_major_range<2, 2>(g, begin, end); break;
-      case 3: largest = decode_fp8_tile_major_range<3, 1>(g, begin, end); break;
-      default: largest = decode_fp8_tile_major_range<4, 1>(g, begin, end); break;
-    }
     const int64_t tiles_per_tile = kTileMajorOutputs / kTile;
-    if (largest == 0x7f) gemm_tiles<false>(g, begin * tiles_per_tile, end * tiles_per_tile);
+    if (decode_fp8_tile_major_range(g, begin, end) == 0x7f)
+      gemm_tiles<false>(g, begin * tiles_per_tile, end * tiles_per_tile);
   };
   const int64_t tiles = g.out / kTileMajorOutputs;
   if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);
@@ -726,9 +700,8 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
   GemmArgs g = block_gemm_args(act, act_scales, rows, w, w_scales, out, in, tile_major, y);
   g.may_hold_nan = may_hold_nan;
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (!kFp4 && rows <= kDecodeMaxRows) {  // (MXFP4: fp4_gemm_avx2)
-    return tile_major ? run_decode_fp8_tile_major(g, pool) : run_decode_rows<kFp4>(g, pool);
-  }
+  if (!kFp4 && tile_major && rows == 1) return run_decode_fp8_tile_major(g, pool);
+  if (!kFp4 && !tile_major && rows <= kDecodeMaxRows) return run_decode_rows<kFp4>(g, pool);  // (MXFP4: fp4_gemm_avx2)
   if (pool && rows > 1 && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
     pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
