@@ -45,7 +45,7 @@ inline __m128i e4m3_fp16_words(__m128i code_high_words) {
 
 // The MXFP4 decode's 16-entry byte tables (indexed by an e2m1 code), from LinearDecodeTables::e2m1_f32, made once:
 // fp16_high: the high byte of the value's fp16 (every e2m1 value is an fp16 whose low byte is 0); w_plus_12:
-// W + 12 with W = 2 * value in [-12, 12], an unsigned byte that zero-extends to an int16 word.
+// W + 12 with W = 2 * value in [-12, 12], the unsigned byte operand of vpmaddubsw.
 struct Fp4ByteTables {
   alignas(16) uint8_t fp16_high[16];
   alignas(16) uint8_t w_plus_12[16];
@@ -83,9 +83,11 @@ struct GemmArgs {
   bool may_hold_nan = true;            // FP8: Fp8Weight::may_hold_nan
   const float* act = nullptr;          // [rows, in] fp32 values
   // One to kDecodeMaxRows rows on MXFP4 (decode_rows_tiles): the same values as integers where that is exact
-  // (prepare_fp4_decode_rows): N [rows, in] int16 in g.act's order, units [rows, kb] (0: the block is not exact).
-  const int16_t* act_int = nullptr;
+  // (prepare_fp4_decode_rows): N in signed byte pieces [rows, kb, kFp4PieceBlockBytes], units [rows, kb] (0: the
+  // block is not exact), piece counts [rows, kb] (2 or 3).
+  const int8_t* act_pieces = nullptr;
   const float* act_units = nullptr;
+  const uint8_t* act_piece_counts = nullptr;
   const int32_t* act_int_offsets = nullptr;  // [rows, kb]: 12 * Σ N of each block
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
   float* y = nullptr;                  // [rows, out]
@@ -357,26 +359,33 @@ void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
 constexpr int64_t kDecodePrefetchBytes = 1024;
 constexpr int kDecodeMaxRows = 4;  // rows that decode_rows_tiles takes (decode, and the few tokens of an expert)
 
-// An MXFP4 block's dot product in exact integers (as the AVX-512 one-row decode, linear_avx512_tiled.cpp): an e4m3
+// An MXFP4 block's dot product in exact integers (as the AVX-512 decode, linear_avx512_tiled.cpp): an e4m3
 // activation is a = N * 2^(s-10), with sig = 8 + mantissa and e' = the exponent field for normals, sig = mantissa
 // and e' = 1 for subnormals, N = sig << (e' - s) and s the smallest e' of the block's nonzero values; a weight is
-// w = W / 2, W = 2 * e2m1 in [-12, 12]. A block's sum of a * w is (Σ N * W) * 2^(s-11). Where every |N| < 2^15,
-// Σ N * W and its partial sums stay below 32 * 12 * 2^15 < 2^24: exact in int32, and exact as a float. Blocks with
-// NaN codes or wider magnitude spans keep the fp32 path (unit 0).
-//
+// w = W / 2, W = 2 * e2m1 in [-12, 12]. A block's sum of a * w is (Σ N * W) * 2^(s-11). Where 12 Σ |N| < 2^24,
+// Σ N * W and every partial sum in any order are below 2^24: exact in int32, and exact as a float, so the integer
+// sum gives the bits of any fp32 order. Blocks with NaN codes or wider magnitude spans keep the fp32 path (unit 0).
+// vpmaddubsw multiplies unsigned bytes (W + 12, in [0, 24]) by signed ones, so N goes in as byte pieces:
+// N = 65536 * p2 + 256 * p1 + p0 with p0, p1 in [-128, 127] (p2 is small: |N| < 2^24 / 12). Per block
+// kFp4PieceBlockBytes: piece p's 32 bytes at 32p, in the nibble order below.
+constexpr int64_t kFp4PieceBlockBytes = 96;
+
 // MXFP4 decode rows from their e4m3 codes x [rows, in]: values [rows, in] fp32 with each block in the order the
 // nibbles come out of a packed block (even k 0..14, even k 16..30, odd k 1..15, odd k 17..31), and the same values
-// as the integers N [rows, in] with units [rows, in / 32] = 2^(s-11), 0 where the block is not exact (a NaN code, or
-// some |N| >= 2^15), and offsets [rows, in / 32] = 12 * Σ N of each block (what W + 12 adds). The values come
+// as the integers N in pieces [rows, in / 32, kFp4PieceBlockBytes] (that order too), with units [rows, in / 32] =
+// 2^(s-11), 0 where the block is not exact (a NaN code, or 12 Σ |N| >= 2^24), piece counts [rows, in / 32] (3 where
+// some p2 is not 0, else 2) and offsets [rows, in / 32] = 12 * Σ N of each block (what W + 12 adds). The values come
 // through fp16 (e4m3_fp16_words; NaN blocks from the table), and N = value * 2^(10-s): exact integers.
-void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n, float* units, int32_t* offsets) {
+void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int8_t* pieces, float* units,
+                             uint8_t* piece_counts, int32_t* offsets) {
   const LinearDecodeTables& dt = linear_decode_tables();
   // Per 128-bit lane its even bytes, then its odd ones; the qword permute (0xD8) then gives the nibble order.
   const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
                                          0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  // After two packs, dword j of a vector holds 4 bytes of source vector j % 4 (j / 4: its lane): back in order.
+  const __m256i unpack_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f), low_bits = _mm256_set1_epi8(0x0f);
   const __m256i one = _mm256_set1_epi8(1), above_every_step = _mm256_set1_epi8(16);
-  const __m256 sign_bit = _mm256_set1_ps(-0.0f), limit = _mm256_set1_ps(32768.0f);
   for (int64_t b = 0; b < x.rows * (x.k / 32); ++b) {
     const uint8_t* c = x.codes + 32 * b;
     float* v = values + 32 * b;
@@ -385,10 +394,11 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
         _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)), split), 0xD8);
     _mm256_store_si256(reinterpret_cast<__m256i*>(ordered), codes);
     const __m256i magnitude = _mm256_and_si256(codes, magnitude_bits);
+    units[b] = 0.0f;
+    piece_counts[b] = 0;
+    offsets[b] = 0;
     if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(magnitude, magnitude_bits)) != 0) {  // a NaN code
       for (int j = 0; j < 32; ++j) v[j] = dt.e4m3_f32[ordered[j]];
-      units[b] = 0.0f;
-      offsets[b] = 0;
       continue;
     }
     // s: the smallest e' (exponent field, at least 1) of the nonzero codes.
@@ -404,8 +414,7 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
     int smallest = _mm_cvtsi128_si32(m) & 0xff;
     if (smallest == 16) smallest = 1;  // all zero: any unit
     const __m256 to_n = _mm256_set1_ps(std::ldexp(1.0f, 10 - smallest));
-    __m256 largest = _mm256_setzero_ps();
-    __m256i integers[4];
+    __m256i integers[4], sum = _mm256_setzero_si256(), abs_sum = _mm256_setzero_si256();
     const __m128i zero = _mm_setzero_si128(), low = _mm256_castsi256_si128(codes);
     const __m128i high = _mm256_extracti128_si256(codes, 1);
     const __m128i words[4] = {_mm_unpacklo_epi8(zero, low), _mm_unpackhi_epi8(zero, low),
@@ -413,23 +422,78 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
     for (int q = 0; q < 4; ++q) {
       const __m256 value = _mm256_mul_ps(_mm256_cvtph_ps(e4m3_fp16_words(words[q])), _mm256_set1_ps(256.0f));
       _mm256_storeu_ps(v + 8 * q, value);
-      const __m256 as_n = _mm256_mul_ps(value, to_n);
-      largest = _mm256_max_ps(largest, _mm256_andnot_ps(sign_bit, as_n));
-      integers[q] = _mm256_cvttps_epi32(as_n);
+      integers[q] = _mm256_cvttps_epi32(_mm256_mul_ps(value, to_n));  // |N| <= 15 << 15: exact
+      sum = _mm256_add_epi32(sum, integers[q]);
+      abs_sum = _mm256_add_epi32(abs_sum, _mm256_abs_epi32(integers[q]));
     }
-    // packs interleaves the 128-bit lanes; the qword permute puts the words back in order.
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(n + 32 * b),
-                        _mm256_permute4x64_epi64(_mm256_packs_epi32(integers[0], integers[1]), 0xD8));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(n + 32 * b + 16),
-                        _mm256_permute4x64_epi64(_mm256_packs_epi32(integers[2], integers[3]), 0xD8));
-    const bool exact = _mm256_movemask_ps(_mm256_cmp_ps(largest, limit, _CMP_LT_OQ)) == 0xff;
-    const __m256i sum =
-        _mm256_add_epi32(_mm256_add_epi32(integers[0], integers[1]), _mm256_add_epi32(integers[2], integers[3]));
-    __m128i sum4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-    sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0x4E));
-    sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0xB1));
-    offsets[b] = 12 * _mm_cvtsi128_si32(sum4);
-    units[b] = exact ? std::ldexp(1.0f, smallest - 11) : 0.0f;
+    auto total = [](__m256i lanes) {
+      __m128i t = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+      return _mm_cvtsi128_si32(t);
+    };
+    if (12 * int64_t{total(abs_sum)} >= (int64_t{1} << 24)) continue;
+    // Pieces: p0 the sign-extended low byte, p1 the next of (N - p0) >> 8, p2 what is left.
+    __m256i piece[3][4];
+    __m256i high_piece = _mm256_setzero_si256();
+    for (int q = 0; q < 4; ++q) {
+      const __m256i n = integers[q];
+      piece[0][q] = _mm256_srai_epi32(_mm256_slli_epi32(n, 24), 24);
+      const __m256i rest = _mm256_srai_epi32(_mm256_sub_epi32(n, piece[0][q]), 8);
+      piece[1][q] = _mm256_srai_epi32(_mm256_slli_epi32(rest, 24), 24);
+      piece[2][q] = _mm256_srai_epi32(_mm256_sub_epi32(rest, piece[1][q]), 8);
+      high_piece = _mm256_or_si256(high_piece, piece[2][q]);
+    }
+    const int count = _mm256_testz_si256(high_piece, high_piece) ? 2 : 3;
+    int8_t* out = pieces + kFp4PieceBlockBytes * b;
+    for (int p = 0; p < 3; ++p) {  // piece 2 (zero where count is 2) too: a pass of rows takes their largest count
+      const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(piece[p][0], piece[p][1]),
+                                               _mm256_packs_epi32(piece[p][2], piece[p][3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * p), _mm256_permutevar8x32_epi32(bytes, unpack_order));
+    }
+    offsets[b] = 12 * total(sum);
+    units[b] = std::ldexp(1.0f, smallest - 11);
+    piece_counts[b] = static_cast<uint8_t>(count);
+  }
+}
+
+// The 8 outputs' Σ (W + 12) * N of one MXFP4 block (row-major weights: rows[i] = output i's packed bytes) for each of
+// R rows, in kPieces byte pieces (prepare_fp4_decode_rows): int32 lanes [output 0..7]. Outputs i and i + 4 share a
+// vector (the low / high 128 bits), so the nibbles of both become W + 12 through one in-lane byte lookup and every
+// vpmaddubsw serves two outputs against a piece's 16 bytes broadcast to both lanes; three in-lane horizontal adds
+// then leave output i in lane i. Each vpmaddubsw word is at most 2 * 24 * 128 and a word of the even and odd sums
+// twice that: no saturation.
+// w_table: Fp4ByteTables::w_plus_12 in both lanes.
+template <int R, int kPieces>
+inline void exact_fp4_block_sums(const GemmArgs& g, const uint8_t* const* rows, int64_t b, __m256i w_table,
+                                 __m256i (&sums)[R]) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  // The sums of outputs (0, 4) / (2, 6) until those of (1, 5) / (3, 7) join them (hadd); halves: the first hadd.
+  __m256i previous[R] = {}, halves[R] = {};
+  for (int p = 0; p < 4; ++p) {
+    const __m256i raw = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[p] + 16 * b))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[p + 4] + 16 * b)), 1);
+    const __m256i even_w = _mm256_shuffle_epi8(w_table, _mm256_and_si256(raw, nibble));
+    const __m256i odd_w = _mm256_shuffle_epi8(w_table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* block = g.act_pieces + (r * g.kb + b) * kFp4PieceBlockBytes;
+      __m256i pair_sums = _mm256_setzero_si256();
+      for (int q = 0; q < kPieces; ++q) {
+        const __m128i* piece = reinterpret_cast<const __m128i*>(block + 32 * q);
+        const __m256i words =
+            _mm256_add_epi16(_mm256_maddubs_epi16(even_w, _mm256_broadcastsi128_si256(_mm_loadu_si128(piece))),
+                             _mm256_maddubs_epi16(odd_w, _mm256_broadcastsi128_si256(_mm_loadu_si128(piece + 1))));
+        pair_sums = _mm256_add_epi32(pair_sums, _mm256_slli_epi32(_mm256_madd_epi16(words, ones), 8 * q));
+      }
+      if (p % 2 == 0) {
+        previous[r] = pair_sums;
+      } else {
+        const __m256i folded = _mm256_hadd_epi32(previous[r], pair_sums);
+        if (p == 1) halves[r] = folded;
+        else sums[r] = _mm256_hadd_epi32(halves[r], folded);
+      }
+    }
   }
 }
 
@@ -440,7 +504,10 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int16_t* n,
 // whose low byte is 0: the table holds the high bytes) and fp32 the same way. 4 FMAs per row, output and block,
 // the 8 outputs' block sums reduced together (reduce_8), then scaled and added in K order as gemm_tiles does. The
 // in-block order differs from gemm_tiles' (the reference allows any; spec note in linear_reference.cpp). MXFP4
-// blocks that every row can take in integers (g.act_units) skip the conversion: 4 vpmaddwd per row and output.
+// blocks that every row can take in integers (g.act_units) skip the conversion: 2 vpmaddubsw per row and output
+// per byte piece of N (exact_fp4_block_sums). Against the int16 vpmaddwd recipe before it (W + 12 widened to words
+// by four byte unpacks per output, every |N| < 2^15; bench_linear --threads=2, avx2, this Xeon, alternated 2x):
+// w13_mxfp4 rows:1 0.91 -> 0.75 ms, rows:4 2.41-2.46 -> 1.89-2.01; w2_mxfp4 rows:1 0.47 -> 0.39-0.43.
 // g.act [R, in]: FP8, the rows' values in k order; MXFP4, each block's values as its nibbles come out: even k
 // 0..14, even k 16..30, odd k 1..15, odd k 17..31 (prepare_fp4_decode_rows). FP8 NaN codes (0x7f / 0xff) would
 // convert to finite values here: the largest masked code seen is returned, and a range that saw 0x7f is
@@ -456,7 +523,7 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
   const __m128i nibble = _mm_set1_epi8(0x0f);
   const Fp4ByteTables& byte_tables = fp4_byte_tables();
   const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.fp16_high));
-  const __m128i w_table = _mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.w_plus_12));
+  const __m256i w_table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(byte_tables.w_plus_12)));
   __m128i nan_seen = _mm_setzero_si128();
   alignas(32) float sw[kChunkBlocks][kTile];  // MXFP4: the tile's weight scales of a chunk, [block][output]
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
@@ -490,37 +557,16 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
         bool exact = kFp4 && g.act_units != nullptr;
         for (int r = 0; r < R && exact; ++r) exact = g.act_units[r * g.kb + b] != 0.0f;
         if (exact) {
-          // Every row's block in integers: W + 12 as int16 words (one table lookup and a zero extension), 4 vpmaddwd
-          // per row and output (no conversion to fp32, which costs more than the multiplies on some cores); the
-          // rows' 12 * Σ N (g.act_int_offsets) is taken back from the 8 outputs' sums at once.
-          // Outputs in pairs, each pair's 4-lane sums folded at once (vphaddd), so few sums stay live.
-          __m128i pairs[R][kTile / 2];  // [a0+a1, a2+a3, b0+b1, b2+b3] of outputs 2p, 2p + 1
-          for (int p = 0; p < kTile / 2; ++p) {
-            __m128i sums[2][R];
-            for (int h = 0; h < 2; ++h) {
-              const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2 * p + h] + 16 * b));
-              const __m128i even = _mm_and_si128(raw, nibble), odd = _mm_and_si128(_mm_srli_epi16(raw, 4), nibble);
-              const __m128i even_w = _mm_shuffle_epi8(w_table, even), odd_w = _mm_shuffle_epi8(w_table, odd);
-              const __m128i zero = _mm_setzero_si128();
-              const __m128i w[4] = {_mm_unpacklo_epi8(even_w, zero), _mm_unpackhi_epi8(even_w, zero),
-                                    _mm_unpacklo_epi8(odd_w, zero), _mm_unpackhi_epi8(odd_w, zero)};
-              for (int r = 0; r < R; ++r) {
-                const __m128i* nr = reinterpret_cast<const __m128i*>(g.act_int + r * g.in + b * 32);
-                const __m128i s01 = _mm_add_epi32(_mm_madd_epi16(w[0], _mm_loadu_si128(nr)),
-                                                  _mm_madd_epi16(w[1], _mm_loadu_si128(nr + 1)));
-                const __m128i s23 = _mm_add_epi32(_mm_madd_epi16(w[2], _mm_loadu_si128(nr + 2)),
-                                                  _mm_madd_epi16(w[3], _mm_loadu_si128(nr + 3)));
-                sums[h][r] = _mm_add_epi32(s01, s23);
-              }
-            }
-            for (int r = 0; r < R; ++r) pairs[r][p] = _mm_hadd_epi32(sums[0][r], sums[1][r]);
-          }
+          // Every row's block in integers (exact_fp4_block_sums): no conversion to fp32, which costs more than the
+          // multiplies; the rows' 12 * Σ N (g.act_int_offsets) is taken back from the 8 outputs' sums at once.
+          uint8_t pieces = 2;
+          for (int r = 0; r < R; ++r) pieces = std::max(pieces, g.act_piece_counts[r * g.kb + b]);
+          __m256i sums[R] = {};
+          if (pieces == 2) exact_fp4_block_sums<R, 2>(g, rows, b, w_table, sums);
+          else exact_fp4_block_sums<R, 3>(g, rows, b, w_table, sums);
           for (int r = 0; r < R; ++r) {
-            const __m128i low = _mm_hadd_epi32(pairs[r][0], pairs[r][1]);
-            const __m128i high = _mm_hadd_epi32(pairs[r][2], pairs[r][3]);
-            const __m256i sums = _mm256_sub_epi32(_mm256_set_m128i(high, low),
-                                                  _mm256_set1_epi32(g.act_int_offsets[r * g.kb + b]));
-            partial[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(g.act_units[r * g.kb + b]));
+            const __m256i exact_sums = _mm256_sub_epi32(sums[r], _mm256_set1_epi32(g.act_int_offsets[r * g.kb + b]));
+            partial[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(exact_sums), _mm256_set1_ps(g.act_units[r * g.kb + b]));
           }
         } else {
           __m256 v[R][kTile];
@@ -731,13 +777,16 @@ void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, Thread
   if (x.rows > 0 && x.rows <= kDecodeMaxRows && w.out > 0 && !w.tile_major) {
     // Decode: the rows as decode_rows_tiles takes them, as values and as exact integers.
     const std::span<float> values = scratch.take<float>(static_cast<size_t>(x.rows * x.k));
-    const std::span<int16_t> integers = scratch.take<int16_t>(static_cast<size_t>(x.rows * x.k));
-    const std::span<float> units = scratch.take<float>(static_cast<size_t>(x.rows * (x.k / 32)));
-    const std::span<int32_t> offsets = scratch.take<int32_t>(static_cast<size_t>(x.rows * (x.k / 32)));
-    prepare_fp4_decode_rows(x, values.data(), integers.data(), units.data(), offsets.data());
+    const int64_t blocks = x.rows * (x.k / 32);
+    const std::span<int8_t> pieces = scratch.take<int8_t>(static_cast<size_t>(blocks * kFp4PieceBlockBytes));
+    const std::span<float> units = scratch.take<float>(static_cast<size_t>(blocks));
+    const std::span<uint8_t> piece_counts = scratch.take<uint8_t>(static_cast<size_t>(blocks));
+    const std::span<int32_t> offsets = scratch.take<int32_t>(static_cast<size_t>(blocks));
+    prepare_fp4_decode_rows(x, values.data(), pieces.data(), units.data(), piece_counts.data(), offsets.data());
     GemmArgs g = block_gemm_args(values.data(), x.scales, x.rows, w.packed, w.scales, w.out, w.in, false, y);
-    g.act_int = integers.data();
+    g.act_pieces = pieces.data();
     g.act_units = units.data();
+    g.act_piece_counts = piece_counts.data();
     g.act_int_offsets = offsets.data();
     return run_decode_rows<true>(g, pool);
   }

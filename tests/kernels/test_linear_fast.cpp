@@ -541,6 +541,36 @@ TEST(LinearFast, Avx2Fp4DecodeRowsRunAloneWithMixedExactBlocks) {
   }
 }
 
+// Blocks whose integers N need a third byte piece (some |N| >= 2^15, yet 12 Σ |N| < 2^24: one large code among
+// subnormal ones) sum exactly, so the AVX2 decode rows (1..4, integer pieces) give the reference's bits; so do rows
+// of two-piece blocks in a pass with a three-piece row.
+TEST(LinearFast, Avx2Fp4DecodeTakesThreePieceBlocksExactly) {
+  const LinearKernels* k = linear_impl::avx2_kernels();
+  if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(41);
+  ThreadPool pool(2);
+  for (const int rows : {1, 2, 3, 4}) {
+    const int out = 48, in = 256;
+    auto x = test::random_fp8_acts(rng, rows, in);
+    auto w = test::random_fp4_weight(rng, out, in);
+    for (int r = 0; r < rows; ++r)
+      for (int b = 0; b < in / 32; ++b) {
+        uint8_t* block = x.codes.data() + r * in + 32 * b;
+        const bool three_pieces = r % 2 == 0 || b % 3 == 0;
+        for (int j = 0; j < 32; ++j) block[j] = static_cast<uint8_t>(rng() % 8 + (rng() % 2) * 0x80);  // subnormal
+        // 0x70 + m: 2^7 (1 + m/8), N = (8 + m) << 13 >= 2^16 against the subnormals' unit; else N < 2^12.
+        if (three_pieces) block[rng() % 32] = static_cast<uint8_t>(0x70 + rng() % 8 + (rng() % 2) * 0x80);
+        else block[rng() % 32] = static_cast<uint8_t>(0x48 + rng() % 8);
+      }
+    std::vector<float> got(static_cast<size_t>(rows * out)), ref(got.size());
+    k->fp4_gemm(x.view(), w.view(), got.data(), &pool);
+    reference_linear_kernels().fp4_gemm(x.view(), w.view(), ref.data(), nullptr);
+    for (int i = 0; i < rows * out; ++i)
+      ASSERT_EQ(std::memcmp(&got[i], &ref[i], sizeof(float)), 0)
+          << "rows " << rows << " row " << i / out << " out " << i % out << ": " << got[i] << " vs " << ref[i];
+  }
+}
+
 // The AVX-512 table's two ways to multiply many rows (linear_impl::RowsMultiply) give the same bits: random codes
 // (inexact block sums, where the order of the products shows), activation scales inside and outside the range
 // that is folded, both weight orders, and bf16 activations down to 2^-120 (products that vdpbf16ps would flush).
