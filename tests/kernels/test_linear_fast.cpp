@@ -808,6 +808,31 @@ TEST(LinearFast, Fp4RowsGiveTheirAloneBitsWhereBlockSumsRound) {
   }
 }
 
+// MXFP4 weight scales of every value, 0 (2^-127) and 255 (NaN) included, in groups of 8 blocks and in a tail (the
+// AVX2 decode builds 8 blocks' scales at once as fp32 bits and takes the table for 0, 255 and the tail).
+TEST(LinearFast, Fp4WeightScalesOfEveryValueMatchReference) {
+  std::mt19937 rng(43);
+  for (const LinearKernels* k : fast_kernels())
+    for (const int rows : {1, 4, 7}) {
+      const int out = 24, in = 32 * 19;  // 19 blocks: two groups of 8 and a tail of 3
+      auto x = test::random_fp8_acts(rng, rows, in);
+      auto w = test::random_fp4_weight(rng, out, in);
+      for (size_t i = 0; i < w.scales.size(); ++i) w.scales[i] = static_cast<uint8_t>(i * 7 % 256);
+      for (int o = 0; o < 8; ++o) w.scales[o * (in / 32) + 9] = static_cast<uint8_t>(o % 2 == 0 ? 0 : 255);
+      std::vector<float> got(static_cast<size_t>(rows * out)), ref(got.size());
+      k->fp4_gemm(x.view(), w.view(), got.data(), nullptr);
+      reference_linear_kernels().fp4_gemm(x.view(), w.view(), ref.data(), nullptr);
+      for (int i = 0; i < rows * out; ++i) {
+        if (std::isnan(ref[i])) {
+          ASSERT_TRUE(std::isnan(got[i])) << k->name << " rows " << rows << " at " << i;
+        } else {
+          ASSERT_EQ(std::memcmp(&got[i], &ref[i], sizeof(float)), 0)
+              << k->name << " rows " << rows << " at " << i << ": " << got[i] << " vs " << ref[i];
+        }
+      }
+    }
+}
+
 TEST(LinearFast, NanCodesAndScaleOrderEdgeCasesMatchReference) {
   for (const LinearKernels* k : fast_kernels())
     for (int rows : {1, 3, 7}) {  // the decode paths (AVX2: up to 4 rows) and the multi-row path
