@@ -178,6 +178,32 @@ inline void fp8_tile_major_block_to_lanes(const uint8_t* codes, float* lanes) {
   }
 }
 
+// The one-row decode's conversion of the same codes (decode_fp8_tile_major): the fp16 words of the 8 outputs for
+// the 4 k of the vector, in `fp16` [k % 2][16]: words 0-7 k 4v + k % 2, words 8-15 k 4v + 2 + k % 2, each the 8
+// outputs' values times 2^-8 (e4m3_fp16_words; NaN codes land on finite words, the caller deals with them). Each
+// 16-byte quarter of the half holds 4 outputs' codes as 16-bit words, k 4v (low byte) and 4v + 1 (high byte) in its
+// first 8 bytes, k 4v + 2 and 4v + 3 in its last 8; one qword permute gathers the two quarters' first halves in the
+// low 128 bits and their last halves in the high ones. A word's high byte is already where e4m3_fp16_words takes
+// its code (the low byte's bits fall below the fp16 mask), and a left shift by 8 puts the low byte there.
+// The words go through memory on purpose: vcvtph2ps from memory is one uop on an FMA port, from a register it takes
+// a shuffle-port uop too. The empty asm keeps the compiler from forwarding the stores into registers.
+// bench_linear --threads=2, avx2, this Xeon, fp8_tiled rows:1, alternated 2x against fp8_tile_major_k_pairs and
+// fp8_pair_values (both with the prefetch): wq_b 2.37 -> 1.73-1.78 ms, wo_b 2.12-2.14 -> 1.45-1.53. The lanes path
+// keeps those: there, with its fp32 stores, this one measured 5-10% slower (rows 2, 4, 16).
+inline void fp8_tile_major_fp16(const uint8_t* half, uint16_t (&fp16)[2][16]) {
+  const __m256i words = _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(half)), 0xD8);
+  const __m256i sign_and_magnitude = _mm256_set1_epi16(static_cast<short>(0xBF80));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(fp16[0]),
+                     _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(words, 8), 1), sign_and_magnitude));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(fp16[1]),
+                     _mm256_and_si256(_mm256_srai_epi16(words, 1), sign_and_magnitude));
+  __asm__ volatile("" : "+m"(fp16));
+}
+// The values of k = 4v + e (e = 0..3) from fp8_tile_major_fp16's words.
+inline __m256 fp8_tile_major_value(const uint16_t (&fp16)[2][16], int e) {
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(&fp16[e % 2][8 * (e / 2)])));
+}
+
 // 8 outputs' 16 packed bytes of one MXFP4 block (byte j: k = 2j in the low nibble, 2j + 1 in the high one) -> lanes
 // [32 k][kLaneWidth] fp32, this tile's 8 columns. The packed bytes are transposed first (8 x 16, in registers), so
 // that each vector holds bytes j = 2m and 2m + 1 of the 8 outputs; the nibbles then become the fp16 high bytes of
@@ -651,16 +677,22 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
   return *std::max_element(seen, seen + 16);
 }
 
+// How far ahead of each tile's stream the one-row tile-major decode prefetches (one line per tile and vector; past a
+// tile's end it reaches into the next one). Without it the 4 streams ran at 0.5 of the read probe: bench_linear
+// --threads=2, avx2, this Xeon, wo_b_fp8_tiled rows:1 2.4-2.6 ms without, 1.53 / 1.45-1.58 / 1.48 ms at 1, 2
+// and 4 KB (with the conversion through memory).
+constexpr int64_t kTileMajorPrefetchBytes = 2048;
+
 // One activation row on tile-major FP8 weights (kernels/linear.h), kTiles tiles of 16 outputs from `tile`: per
-// 64-byte vector (k 4v .. 4v + 3 of a tile), a byte shuffle of each quarter and an interleave of two quarters give
-// each k's codes of 8 outputs (as fp8_tile_major_block_to_lanes), which widen in registers (e4m3_fp16_words, F16C)
-// and multiply a broadcast activation, loaded once for every tile. Each block is summed down k from 0, the
-// reference's own order, as the many-row path (gemm_tiles) does, so every row count gives the reference's bits;
-// row-major weights need an 8-lane reduction per output and block instead (reduce_8: about a fifth of the one-row
-// FP8 decode on a Zen 1). 2-4 rows take gemm_tiles: here their 8-16 block sums and the weights of a vector did not
-// fit the 16 registers, and the sums' chains went through the stack (bench_linear avx2 *_fp8_tiled, 2 threads, this
-// kernel against gemm_tiles: wq_b rows:2 4.4 -> 3.5 ms, rows:3 9.6 -> 4.0, rows:4 8.3 -> 4.3). Returns the largest
-// magnitude code seen, as decode_rows_tiles does (0x7f: a NaN code, which converts to a finite value here).
+// 64-byte vector (k 4v .. 4v + 3 of a tile), a qword permute of each half gives each k's codes of 8 outputs
+// (fp8_tile_major_fp16), which widen (e4m3_fp16_words, F16C) and multiply a broadcast activation, loaded once for
+// every tile. Each block is summed down k from 0, the reference's own order, as the many-row path (gemm_tiles)
+// does, so every row count gives the reference's bits; row-major weights need an 8-lane reduction per output and
+// block instead (reduce_8: about a fifth of the one-row FP8 decode on a Zen 1). 2-4 rows take gemm_tiles: here
+// their 8-16 block sums and the weights of a vector did not fit the 16 registers, and the sums' chains went through
+// the stack (bench_linear avx2 *_fp8_tiled, 2 threads, this kernel against gemm_tiles: wq_b rows:2 4.4 -> 3.5 ms,
+// rows:3 9.6 -> 4.0, rows:4 8.3 -> 4.3). Returns the largest magnitude code seen, as decode_rows_tiles does (0x7f:
+// a NaN code, which converts to a finite value here).
 template <int kTiles, bool kCheckNan>
 uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
   const LinearDecodeTables& dt = linear_decode_tables();
@@ -679,17 +711,16 @@ uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
       for (int e = 0; e < 4; ++e) x[e] = _mm256_broadcast_ss(g.act + 32 * b + 4 * v + e);
       for (int u = 0; u < kTiles; ++u) {
         const uint8_t* vector = g.w + (o0 + kTileMajorOutputs * u) * g.in + b * block_bytes + kTileMajorVectorBytes * v;
+        _mm_prefetch(reinterpret_cast<const char*>(vector + kTileMajorPrefetchBytes), _MM_HINT_T0);
         for (int h = 0; h < 2; ++h) {
           const uint8_t* half = vector + 32 * h;
           if constexpr (kCheckNan) {
             const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half));
             nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(codes, magnitude_bits));
           }
-          const Fp8KPairs k = fp8_tile_major_k_pairs(half);
-          __m256 w[2][2];  // [k 0-1, k 2-3][k % 2]: the values of k = 4v + e at w[e / 2][e % 2]
-          fp8_pair_values<false>(k.first, w[0]);
-          fp8_pair_values<false>(k.second, w[1]);
-          for (int e = 0; e < 4; ++e) acc[u][h] = _mm256_fmadd_ps(w[e / 2][e % 2], x[e], acc[u][h]);
+          alignas(32) uint16_t fp16[2][16];
+          fp8_tile_major_fp16(half, fp16);
+          for (int e = 0; e < 4; ++e) acc[u][h] = _mm256_fmadd_ps(fp8_tile_major_value(fp16, e), x[e], acc[u][h]);
         }
       }
     }
