@@ -4,11 +4,12 @@
 // reference: y = y + (partial * sa) * sw. Three paths compute the partials:
 // - 1..kDecodeMaxRows rows on row-major weights (decode_rows_tiles): each block of 8 outputs is converted in
 //   registers and multiplied at once, in fp32 FMAs, or for MXFP4 in exact integers where the activations allow.
-// - one row on tile-major FP8 weights (decode_fp8_tile_major): converted in registers, summed down k.
-// - more rows, or 2+ rows on tile-major weights (gemm_tiles): weights widened once per chunk into lanes [block][k][48
-//   outputs] fp32 (bytes transposed, then through the fp16 converter: an e4m3 code's magnitude bits shifted into an
-//   fp16 word give the value times 2^-8 exactly, subnormals included; e2m1 values are fp16 words from a 16-entry
-//   table of high bytes), then each block summed down k from 0 as the reference does, every product exact.
+// - 1..kDecodeMaxRows rows on tile-major FP8 weights (decode_fp8_tile_major, decode_fp8_tile_major_rows): each
+//   64-byte vector converted as it is read (fp8_tile_major_fp16), each block summed down k from 0.
+// - more rows (gemm_tiles): weights widened once per chunk into lanes [block][k][48 outputs] fp32 (bytes
+//   transposed, then through the fp16 converter: an e4m3 code's magnitude bits shifted into an fp16 word give the
+//   value times 2^-8 exactly, subnormals included; e2m1 values are fp16 words from a 16-entry table of high bytes),
+//   then each block summed down k from 0 as the reference does, every product exact.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -688,11 +689,10 @@ constexpr int64_t kTileMajorPrefetchBytes = 2048;
 // (fp8_tile_major_fp16), which widen (e4m3_fp16_words, F16C) and multiply a broadcast activation, loaded once for
 // every tile. Each block is summed down k from 0, the reference's own order, as the many-row path (gemm_tiles)
 // does, so every row count gives the reference's bits; row-major weights need an 8-lane reduction per output and
-// block instead (reduce_8: about a fifth of the one-row FP8 decode on a Zen 1). 2-4 rows take gemm_tiles: here
-// their 8-16 block sums and the weights of a vector did not fit the 16 registers, and the sums' chains went through
-// the stack (bench_linear avx2 *_fp8_tiled, 2 threads, this kernel against gemm_tiles: wq_b rows:2 4.4 -> 3.5 ms,
-// rows:3 9.6 -> 4.0, rows:4 8.3 -> 4.3). Returns the largest magnitude code seen, as decode_rows_tiles does (0x7f:
-// a NaN code, which converts to a finite value here).
+// block instead (reduce_8: about a fifth of the one-row FP8 decode on a Zen 1). 2-4 rows take
+// decode_fp8_tile_major_rows: this kernel's forms for them (4, 2 and 1 tiles at a time) kept 8-16 block sums plus a
+// vector's weights, more than the 16 registers, and the sums' chains went through the stack. Returns the largest
+// magnitude code seen, as decode_rows_tiles does (0x7f: a NaN code, which converts to a finite value here).
 template <int kTiles, bool kCheckNan>
 uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
   const LinearDecodeTables& dt = linear_decode_tables();
@@ -792,13 +792,81 @@ void run_decode_rows(const GemmArgs& g, ThreadPool* pool) {
   else body(0, tiles, 0);
 }
 
-// decode_fp8_tile_major over every 16-output tile of g (one row), one contiguous range per thread (as
-// run_decode_rows); a range that met a NaN code is recomputed by gemm_tiles.
+// R = 2..4 activation rows on one tile-major FP8 tile of 16 outputs, with decode_fp8_tile_major's conversion,
+// prefetch and order: each block summed down k from 0, so every row count gives the reference's bits.
+// One tile at a time keeps both halves' R block sums (8 at most), a weight vector and the R broadcasts in the 16
+// registers; the 2R chains cover the FMA latency. (It replaced the lanes path for these rows: bench_linear
+// --threads=2, avx2, this Xeon, alternated 2x: wq_b_fp8_tiled rows:2 3.71-3.73 -> 2.00-2.04 ms, rows:3 4.23-4.36 ->
+// 2.68-2.77, rows:4 4.41-4.60 -> 2.82-2.86; wo_b rows:4 4.24-4.81 -> 3.01-3.07.) Returns the largest magnitude code
+// seen where the weight may hold NaN codes, as decode_fp8_tile_major does.
+template <int R>
+uint8_t decode_fp8_tile_major_rows(const GemmArgs& g, int64_t tile) {
+  const LinearDecodeTables& dt = linear_decode_tables();
+  const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
+  const __m256 unscale = _mm256_set1_ps(256.0f);
+  const int64_t block_bytes = 32 * kTileMajorOutputs;
+  const int64_t o0 = tile * kTileMajorOutputs;
+  const uint8_t* tile_codes = g.w + o0 * g.in;
+  __m256i nan_seen = _mm256_setzero_si256();
+  alignas(32) float y[R][2][kTile] = {};  // [row][outputs 0-7, 8-15], in memory: the registers hold the sums
+  for (int64_t b = 0; b < g.kb; ++b) {
+    __m256 acc[2][R];
+    for (int h = 0; h < 2; ++h)
+      for (int r = 0; r < R; ++r) acc[h][r] = _mm256_setzero_ps();
+    for (int v = 0; v < 8; ++v) {
+      const uint8_t* vector = tile_codes + b * block_bytes + kTileMajorVectorBytes * v;
+      _mm_prefetch(reinterpret_cast<const char*>(vector + kTileMajorPrefetchBytes), _MM_HINT_T0);
+      if (g.may_hold_nan)
+        for (int h = 0; h < 2; ++h) {
+          const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vector + 32 * h));
+          nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(codes, magnitude_bits));
+        }
+      alignas(32) uint16_t fp16[2][2][16];  // [half][k % 2][16]
+      fp8_tile_major_fp16(vector, fp16[0]);
+      fp8_tile_major_fp16(vector + 32, fp16[1]);
+      for (int e = 0; e < 4; ++e) {
+        __m256 x[R];
+        for (int r = 0; r < R; ++r) x[r] = _mm256_broadcast_ss(g.act + r * g.in + 32 * b + 4 * v + e);
+        for (int h = 0; h < 2; ++h) {
+          const __m256 w = fp8_tile_major_value(fp16[h], e);
+          for (int r = 0; r < R; ++r) acc[h][r] = _mm256_fmadd_ps(w, x[r], acc[h][r]);
+        }
+      }
+    }
+    const __m256 w_scale = _mm256_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]);
+    for (int r = 0; r < R; ++r) {
+      const __m256 sa = _mm256_set1_ps(dt.e8m0_f32[g.act_scales[r * g.kb + b]]);
+      for (int h = 0; h < 2; ++h)
+        _mm256_store_ps(y[r][h], _mm256_add_ps(_mm256_load_ps(y[r][h]), _mm256_mul_ps(_mm256_mul_ps(
+                                                   _mm256_mul_ps(acc[h][r], unscale), sa), w_scale)));
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(g.y + r * g.out + o0 + kTile * h, _mm256_load_ps(y[r][h]));
+  alignas(32) uint8_t seen[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(seen), nan_seen);
+  return *std::max_element(seen, seen + 32);
+}
+
+// The tile-major FP8 decode (1..kDecodeMaxRows rows: decode_fp8_tile_major, decode_fp8_tile_major_rows) over every
+// 16-output tile of g, one contiguous range per thread (as run_decode_rows); a range that met a NaN code is
+// recomputed by gemm_tiles.
 void run_decode_fp8_tile_major(const GemmArgs& g, ThreadPool* pool) {
   auto body = [&](int64_t begin, int64_t end, int) {
+    uint8_t largest = 0;
+    if (g.rows == 1) {
+      largest = decode_fp8_tile_major_range(g, begin, end);
+    } else {
+      for (int64_t tile = begin; tile < end; ++tile) {
+        switch (g.rows) {
+          case 2: largest = std::max(largest, decode_fp8_tile_major_rows<2>(g, tile)); break;
+          case 3: largest = std::max(largest, decode_fp8_tile_major_rows<3>(g, tile)); break;
+          default: largest = std::max(largest, decode_fp8_tile_major_rows<4>(g, tile)); break;
+        }
+      }
+    }
     const int64_t tiles_per_tile = kTileMajorOutputs / kTile;
-    if (decode_fp8_tile_major_range(g, begin, end) == 0x7f)
-      gemm_tiles<false>(g, begin * tiles_per_tile, end * tiles_per_tile);
+    if (largest == 0x7f) gemm_tiles<false>(g, begin * tiles_per_tile, end * tiles_per_tile);
   };
   const int64_t tiles = g.out / kTileMajorOutputs;
   if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);
@@ -813,7 +881,7 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
   GemmArgs g = block_gemm_args(act, act_scales, rows, w, w_scales, out, in, tile_major, y);
   g.may_hold_nan = may_hold_nan;
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (!kFp4 && tile_major && rows == 1) return run_decode_fp8_tile_major(g, pool);
+  if (!kFp4 && tile_major && rows <= kDecodeMaxRows) return run_decode_fp8_tile_major(g, pool);
   if (!kFp4 && !tile_major && rows <= kDecodeMaxRows) return run_decode_rows<kFp4>(g, pool);  // (MXFP4: fp4_gemm_avx2)
   if (pool && rows > 1 && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
