@@ -491,9 +491,9 @@ TEST(LinearFast, Avx2ManyRowsGiveTheReferenceBits) {
 }
 
 // The AVX2 decode path (1..4 rows, row-major MXFP4) multiplies a block in integers only where every row's block is
-// exact (linear_avx2.cpp, prepare_fp4_decode_rows), else in fp32 FMAs. In a block that could be exact, any fp32 order
-// is exact too, so each row gets the same bits alone as with rows whose blocks are not exact; and a row whose
-// blocks all could be exact gets the reference's bits. Blocks here are narrow (small dyadic codes: integers), wide
+// exact (linear_avx2_decode.cpp, prepare_fp4_decode_rows), else in fp32 FMAs. In a block that could be exact, any
+// fp32 order is exact too, so each row gets the same bits alone as with rows whose blocks are not exact; and a row
+// whose blocks all could be exact gets the reference's bits. Blocks here are narrow (small dyadic codes: integers), wide
 // (random codes, some spanning more than 2^11 in steps), or hold a NaN.
 TEST(LinearFast, Avx2Fp4DecodeRowsRunAloneWithMixedExactBlocks) {
   const LinearKernels* k = linear_impl::avx2_kernels();

@@ -1,0 +1,92 @@
+// Internals shared by the AVX2 table's two files (not part of the contract): linear_avx2.cpp holds the many-row
+// lanes path (gemm_tiles), the entry points and the table; linear_avx2_decode.cpp the decode kernels of
+// 1..kDecodeMaxRows rows. Every function here runs on the x86-64-v3 baseline (AVX2, FMA, F16C).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "kernels/linear.h"
+#include "kernels/linear_tables.h"
+
+namespace dsflash::linear_impl::avx2 {
+
+constexpr int kTile = 8;           // outputs per tile: one ymm of fp32 results
+constexpr int kDecodeMaxRows = 4;  // rows the decode kernels take (decode, and the few tokens of an expert)
+// Bytes of one MXFP4 block's activation pieces (prepare_fp4_decode_rows): 3 pieces of 32 signed bytes.
+constexpr int64_t kFp4PieceBlockBytes = 96;
+
+// 8 words each holding an e4m3 code in its high byte (the codes unpacked above zero bytes) -> 8 fp16 words worth
+// value * 2^-8: the arithmetic shift right by one is the sign-extended code << 7, which puts the sign in bit 15 and
+// the 7 magnitude bits in the fp16 exponent/mantissa fields (bit 14 cleared by the mask), subnormals included. NaN
+// codes (0x7f / 0xff) land on finite words: the callers deal with them. 128-bit forms: on a Zen 1 the 256-bit ones
+// take twice the cycles per code. (In a loop of conversions and FMAs alone this costs nothing over the conversion
+// and FMA, where vpmovsxbw and a left shift cost 9%; in the one-row decode the two measure alike.)
+inline __m128i e4m3_fp16_words(__m128i code_high_words) {
+  return _mm_and_si128(_mm_srai_epi16(code_high_words, 1), _mm_set1_epi16(static_cast<short>(0xBF80)));
+}
+
+// The MXFP4 decode's 16-entry byte tables (indexed by an e2m1 code), from LinearDecodeTables::e2m1_f32, made once:
+// fp16_high: the high byte of the value's fp16 (every e2m1 value is an fp16 whose low byte is 0); w_plus_12:
+// W + 12 with W = 2 * value in [-12, 12], the unsigned byte operand of vpmaddubsw.
+struct Fp4ByteTables {
+  alignas(16) uint8_t fp16_high[16];
+  alignas(16) uint8_t w_plus_12[16];
+};
+inline const Fp4ByteTables& fp4_byte_tables() {
+  static const Fp4ByteTables tables = [] {
+    const LinearDecodeTables& dt = linear_decode_tables();
+    Fp4ByteTables t{};
+    for (int c = 0; c < 16; ++c) {
+      t.fp16_high[c] = static_cast<uint8_t>(_cvtss_sh(dt.e2m1_f32[c], _MM_FROUND_TO_NEAREST_INT) >> 8);
+      t.w_plus_12[c] = static_cast<uint8_t>(2.0f * dt.e2m1_f32[c] + 12.0f);
+    }
+    return t;
+  }();
+  return tables;
+}
+
+inline __m256i lane_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+struct GemmArgs {
+  const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
+  const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
+  int64_t out = 0, in = 0, kb = 0, rows = 0;
+  bool tile_major = false;             // weight order (kernels/linear.h)
+  bool may_hold_nan = true;            // FP8: Fp8Weight::may_hold_nan
+  const float* act = nullptr;          // [rows, in] fp32 values
+  // One to kDecodeMaxRows rows on MXFP4 (decode_rows_tiles): the same values as integers where that is exact
+  // (prepare_fp4_decode_rows): N in signed byte pieces [rows, kb, kFp4PieceBlockBytes], units [rows, kb] (0: the
+  // block is not exact), piece counts [rows, kb] (2 or 3).
+  const int8_t* act_pieces = nullptr;
+  const float* act_units = nullptr;
+  const uint8_t* act_piece_counts = nullptr;
+  const int32_t* act_int_offsets = nullptr;  // [rows, kb]: 12 * Σ N of each block
+  const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
+  float* y = nullptr;                  // [rows, out]
+};
+
+// The many-row path (linear_avx2.cpp): y [rows, out] of g's rows for the 8-output tiles [tile_begin, tile_end).
+template <bool kFp4>
+void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end);
+
+// The decode kernels (linear_avx2_decode.cpp).
+// MXFP4 decode rows from their e4m3 codes x [rows, in]: values [rows, in] fp32 with each block in the order the
+// nibbles come out of a packed block (even k 0..14, even k 16..30, odd k 1..15, odd k 17..31), and the same values
+// as the integers N in pieces [rows, in / 32, kFp4PieceBlockBytes] (that order too), with units [rows, in / 32] =
+// 2^(s-11), 0 where the block is not exact (a NaN code, or 12 Σ |N| >= 2^24), piece counts [rows, in / 32] (3 where
+// some p2 is not 0, else 2) and offsets [rows, in / 32] = 12 * Σ N of each block (what W + 12 adds). The values come
+// through fp16 (e4m3_fp16_words; NaN blocks from the table), and N = value * 2^(10-s): exact integers.
+void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int8_t* pieces, float* units,
+                             uint8_t* piece_counts, int32_t* offsets);
+// g.rows (1..kDecodeMaxRows) on row-major weights, one contiguous range of tiles per thread.
+template <bool kFp4>
+void run_decode_rows(const GemmArgs& g, ThreadPool* pool);
+// g.rows (1..kDecodeMaxRows) on tile-major FP8 weights, one contiguous range of tiles per thread.
+void run_decode_fp8_tile_major(const GemmArgs& g, ThreadPool* pool);
+
+}  // namespace dsflash::linear_impl::avx2
