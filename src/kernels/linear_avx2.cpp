@@ -2,8 +2,8 @@
 //
 // FP8 / FP4 (spec/MODEL.md §4.9): the block partials are scaled and accumulated in K order exactly as the
 // reference: y = y + (partial * sa) * sw. Three paths compute the partials:
-// - 1..kDecodeMaxRows rows on row-major weights, and on tile-major FP8 weights: the decode kernels
-//   (linear_avx2_decode.cpp), each weight block converted in registers as it is read.
+// - 1..kDecodeMaxRows rows, in either weight order: the decode kernels (linear_avx2_decode.cpp), each weight block
+//   converted in registers as it is read.
 // - more rows (gemm_tiles, here): weights widened once per chunk into lanes [block][k][48 outputs] fp32 (bytes
 //   transposed, then through the fp16 converter: an e4m3 code's magnitude bits shifted into an fp16 word give the
 //   value times 2^-8 exactly, subnormals included; e2m1 values are fp16 words from a 16-entry table of high bytes),
@@ -141,17 +141,42 @@ inline void fp4_block_to_lanes(const uint8_t* const* packed, __m128i fp16_table,
   }
 }
 
+// Outputs 8h .. 8h + 7 of a tile-major MXFP4 tile (kernels/linear.h), one block -> lanes [32 k][kLaneWidth] fp32,
+// this tile's 8 columns. `half`: the block's first byte plus 32h. In each 64-byte vector output i's 8 k sit in dword
+// i: its low nibbles k 0 4 1 5, its high ones k 2 6 3 7 (bytes 0-3). Both nibble sets become fp16 high bytes through
+// one 16-entry table; then per 128-bit lane one byte shuffle gathers bytes j and j + 1 of its 4 outputs as fp16
+// words (words 0-3 and 4-7), and a qword permute puts each k's 8 outputs in one half, for F16C.
+inline void fp4_tile_major_block_to_lanes(const uint8_t* half, __m256i fp16_table, float* lanes) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const __m256i bytes_01 = _mm256_setr_epi8(-1, 0, -1, 4, -1, 8, -1, 12, -1, 1, -1, 5, -1, 9, -1, 13,  //
+                                            -1, 0, -1, 4, -1, 8, -1, 12, -1, 1, -1, 5, -1, 9, -1, 13);
+  const __m256i bytes_23 = _mm256_add_epi8(bytes_01, _mm256_set1_epi16(0x0200));
+  for (int v = 0; v < 4; ++v) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half + v * kTileMajorVectorBytes));
+    const __m256i sets[2] = {_mm256_shuffle_epi8(fp16_table, _mm256_and_si256(raw, nibble)),
+                             _mm256_shuffle_epi8(fp16_table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble))};
+    for (int set = 0; set < 2; ++set)
+      for (int pair = 0; pair < 2; ++pair) {
+        // bytes 2 pair and 2 pair + 1 of the dwords: k 8v + 2 set + pair and 4 more
+        const __m256i words =
+            _mm256_permute4x64_epi64(_mm256_shuffle_epi8(sets[set], pair == 0 ? bytes_01 : bytes_23), 0xD8);
+        const int k = 8 * v + 2 * set + pair;
+        _mm256_store_ps(lanes + k * kLaneWidth, _mm256_cvtph_ps(_mm256_castsi256_si128(words)));
+        _mm256_store_ps(lanes + (k + 4) * kLaneWidth, _mm256_cvtph_ps(_mm256_extracti128_si256(words, 1)));
+      }
+  }
+}
+
 // The weights of NT tiles from output o0 (n of them real; the rest repeat the last) for blocks [b0, b1): lanes
-// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth]. Row-major and tile-major FP8
-// blocks are read in place: calling the out-of-line gather helpers (fp8_block_codes, fp4_block_packed) for every
-// output and block cost about a fifth of a 16-row FP8 GEMM (bench_linear avx2 rows:16, 1 thread); only tile-major
-// MXFP4 blocks (which this table leaves row-major: LinearKernels::prefers_tile_major) still go through them.
+// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth]. Every block is read in place,
+// in either weight order: calling the out-of-line gather helpers (fp8_block_codes, fp4_block_packed) for every
+// output and block cost about a fifth of a 16-row FP8 GEMM (bench_linear avx2 rows:16, 1 thread).
 template <bool kFp4, int NT>
 void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t b1, float* lanes, float* sw) {
   const LinearDecodeTables& dt = linear_decode_tables();
-  const Fp4Weight w4{g.w, g.w_scales, g.out, g.in, g.tile_major};
   const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
   const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(fp4_byte_tables().fp16_high));
+  const __m256i fp16_table_both = _mm256_broadcastsi128_si256(fp16_table);
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
   for (int t = 0; t < NT; ++t) {
     if (!kFp4 && g.tile_major) {
@@ -175,18 +200,29 @@ void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t 
       }
       continue;
     }
+    if (kFp4 && g.tile_major) {  // whole tiles of 8 again: half (o / 8) % 2 of a 16-output tile
+      const int64_t o = o0 + kTile * t, h = (o / kTile) % 2;
+      const uint8_t* tile_packed = g.w + (o - o % kTileMajorOutputs) * (g.in / 2) + 32 * h;
+      const uint8_t* tile_scales = g.w_scales + (o - o % kTileMajorOutputs) * g.kb + kTile * h;
+      for (int64_t b = b0; b < b1; ++b) {
+        fp4_tile_major_block_to_lanes(tile_packed + b * 16 * kTileMajorOutputs, fp16_table_both,
+                                      lanes + (b - b0) * 32 * kLaneWidth + kTile * t);
+        for (int i = 0; i < kTile; ++i)
+          sw[(b - b0) * kLaneWidth + kTile * t + i] = dt.e8m0_f32[tile_scales[kTileMajorOutputs * b + i]];
+      }
+      continue;
+    }
     int64_t outputs[kTile];
     for (int i = 0; i < kTile; ++i) outputs[i] = o0 + std::min(kTile * t + i, n - 1);
     for (int64_t b = b0; b < b1; ++b) {
-      uint8_t tile_major_packed[kTile][16];  // MXFP4 blocks of tile-major weights are gathered here
       const uint8_t* bytes[kTile];           // FP8: each output's 32 codes; MXFP4: its 16 packed bytes
       float* scales = sw + (b - b0) * kLaneWidth + kTile * t;
       __m256i largest = _mm256_setzero_si256();  // FP8: the largest magnitude code, to spot NaN codes
       for (int i = 0; i < kTile; ++i) {
         const int64_t o = outputs[i];
         if constexpr (kFp4) {
-          bytes[i] = g.tile_major ? fp4_block_packed(w4, o, b, tile_major_packed[i]) : g.w + o * row_bytes + 16 * b;
-          scales[i] = dt.e8m0_f32[g.w_scales[fp4_scale_index(o, b, g.kb, g.tile_major)]];
+          bytes[i] = g.w + o * row_bytes + 16 * b;
+          scales[i] = dt.e8m0_f32[g.w_scales[o * g.kb + b]];
         } else {
           bytes[i] = g.w + o * row_bytes + 32 * b;
           const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes[i]));
@@ -327,7 +363,7 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
   GemmArgs g = block_gemm_args(act, act_scales, rows, w, w_scales, out, in, tile_major, y);
   g.may_hold_nan = may_hold_nan;
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (!kFp4 && tile_major && rows <= kDecodeMaxRows) return run_decode_fp8_tile_major(g, pool);
+  if (!kFp4 && tile_major && rows <= kDecodeMaxRows) return run_decode_tile_major<false>(g, pool);
   if (!kFp4 && !tile_major && rows <= kDecodeMaxRows) return run_decode_rows<kFp4>(g, pool);  // (MXFP4: fp4_gemm_avx2)
   if (pool && rows > 1 && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
@@ -355,20 +391,22 @@ void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, Thread
 
 void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
   ThreadScratch scratch(pool);
-  if (x.rows > 0 && x.rows <= kDecodeMaxRows && w.out > 0 && !w.tile_major) {
-    // Decode: the rows as decode_rows_tiles takes them, as values and as exact integers.
+  if (x.rows > 0 && x.rows <= kDecodeMaxRows && w.out > 0) {
+    // Decode: the rows as the decode kernels take them, as values and as exact integers, in the weights' order.
     const std::span<float> values = scratch.take<float>(static_cast<size_t>(x.rows * x.k));
     const int64_t blocks = x.rows * (x.k / 32);
     const std::span<int8_t> pieces = scratch.take<int8_t>(static_cast<size_t>(blocks * kFp4PieceBlockBytes));
     const std::span<float> units = scratch.take<float>(static_cast<size_t>(blocks));
     const std::span<uint8_t> piece_counts = scratch.take<uint8_t>(static_cast<size_t>(blocks));
     const std::span<int32_t> offsets = scratch.take<int32_t>(static_cast<size_t>(blocks));
-    prepare_fp4_decode_rows(x, values.data(), pieces.data(), units.data(), piece_counts.data(), offsets.data());
-    GemmArgs g = block_gemm_args(values.data(), x.scales, x.rows, w.packed, w.scales, w.out, w.in, false, y);
+    prepare_fp4_decode_rows(x, w.tile_major, values.data(), pieces.data(), units.data(), piece_counts.data(),
+                            offsets.data());
+    GemmArgs g = block_gemm_args(values.data(), x.scales, x.rows, w.packed, w.scales, w.out, w.in, w.tile_major, y);
     g.act_pieces = pieces.data();
     g.act_units = units.data();
     g.act_piece_counts = piece_counts.data();
     g.act_int_offsets = offsets.data();
+    if (w.tile_major) return run_decode_tile_major<true>(g, pool);
     return run_decode_rows<true>(g, pool);
   }
   const std::span<float> act = widen_activations(x, scratch);
@@ -439,7 +477,7 @@ void bf16_gemm_avx2(const float* x, int64_t rows, const Bf16Weight& w, float* y,
 const LinearKernels* avx2_kernels() {
   static const bool supported =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  static const LinearKernels kernels{"avx2", {.fp8 = true, .fp4 = false}, fp8_gemm_avx2, fp4_gemm_avx2, bf16_gemm_avx2,
+  static const LinearKernels kernels{"avx2", {.fp8 = true, .fp4 = true}, fp8_gemm_avx2, fp4_gemm_avx2, bf16_gemm_avx2,
                                      fp8_as_bf16_gemm_avx2, true};
   return supported ? &kernels : nullptr;
 }

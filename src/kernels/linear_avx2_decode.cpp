@@ -4,8 +4,11 @@
 //   or for MXFP4 in exact integers where the activations allow (prepare_fp4_decode_rows).
 // - Tile-major FP8 weights (decode_fp8_tile_major, decode_fp8_tile_major_rows): each 64-byte vector converted as it
 //   is read (fp8_tile_major_fp16), each block summed down k from 0, the reference's order.
+// - Tile-major MXFP4 weights (decode_fp4_tile_major): each block in exact integers where every row allows, else
+//   down k from 0: the reference's bits either way.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/linear_avx2_impl.h"
 
@@ -21,18 +24,16 @@ namespace dsflash::linear_impl::avx2 {
 // N = 65536 * p2 + 256 * p1 + p0 with p0, p1 in [-128, 127] (p2 is small: |N| < 2^24 / 12). Per block
 // kFp4PieceBlockBytes (linear_avx2_impl.h): piece p's 32 bytes at 32p, in the nibble order below.
 
-// MXFP4 decode rows from their e4m3 codes x [rows, in]: values [rows, in] fp32 with each block in the order the
-// nibbles come out of a packed block (even k 0..14, even k 16..30, odd k 1..15, odd k 17..31), and the same values
-// as the integers N in pieces [rows, in / 32, kFp4PieceBlockBytes] (that order too), with units [rows, in / 32] =
-// 2^(s-11), 0 where the block is not exact (a NaN code, or 12 Σ |N| >= 2^24), piece counts [rows, in / 32] (3 where
-// some p2 is not 0, else 2) and offsets [rows, in / 32] = 12 * Σ N of each block (what W + 12 adds). The values come
-// through fp16 (e4m3_fp16_words; NaN blocks from the table), and N = value * 2^(10-s): exact integers.
-void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int8_t* pieces, float* units,
+// MXFP4 decode rows from their e4m3 codes x [rows, in] (the order: linear_avx2_impl.h's declaration).
+void prepare_fp4_decode_rows(const Fp8Activations& x, bool tile_major, float* values, int8_t* pieces, float* units,
                              uint8_t* piece_counts, int32_t* offsets) {
   const LinearDecodeTables& dt = linear_decode_tables();
-  // Per 128-bit lane its even bytes, then its odd ones; the qword permute (0xD8) then gives the nibble order.
+  // Row-major: per 128-bit lane its even bytes, then its odd ones; the qword permute (0xD8) then gives the nibble
+  // order. Tile-major: k 0 4 1 5 2 6 3 7 of each 8, within the lanes.
   const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
                                          0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i by_vector = _mm256_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15,  //
+                                             0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
   // After two packs, dword j of a vector holds 4 bytes of source vector j % 4 (j / 4: its lane): back in order.
   const __m256i unpack_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f), low_bits = _mm256_set1_epi8(0x0f);
@@ -41,8 +42,9 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int8_t* pie
     const uint8_t* c = x.codes + 32 * b;
     float* v = values + 32 * b;
     alignas(32) uint8_t ordered[32];
-    const __m256i codes = _mm256_permute4x64_epi64(
-        _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)), split), 0xD8);
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+    const __m256i codes = tile_major ? _mm256_shuffle_epi8(raw, by_vector)
+                                     : _mm256_permute4x64_epi64(_mm256_shuffle_epi8(raw, split), 0xD8);
     _mm256_store_si256(reinterpret_cast<__m256i*>(ordered), codes);
     const __m256i magnitude = _mm256_and_si256(codes, magnitude_bits);
     units[b] = 0.0f;
@@ -487,6 +489,161 @@ uint8_t decode_fp8_tile_major_rows(const GemmArgs& g, int64_t tile) {
   return *std::max_element(seen, seen + 32);
 }
 
+// How far ahead of each tile's stream the tile-major MXFP4 decode prefetches (one line per tile and vector).
+constexpr int64_t kFp4TileMajorPrefetchBytes = 2048;
+
+// Σ (W + 12) * N - 12 Σ N = Σ W * N of one MXFP4 block for NT tile-major tiles of 16 outputs (kernels/linear.h) and
+// R rows, in P byte pieces (prepare_fp4_decode_rows, tile-major order): sums [row][tile][outputs 0-7, 8-15], int32
+// lanes by output. Per 64-byte vector (8 k of 16 outputs, output i in dword i), each 32-byte half's low nibbles hold
+// k 0 4 1 5 of the vector and its high nibbles k 2 6 3 7 in every dword: one byte lookup each gives W + 12 in that
+// order, and vpmaddubsw against a row's piece bytes of those k (one dword, broadcast) sums each output's pairs.
+// Two vectors' words add up before one vpmaddwd adds their pairs (piece 1 times 256, piece 2 shifted by 16 after
+// it): each vpmaddubsw word is at most 2 * 24 * 128 in magnitude, four of them below 2^15, no saturation. (Against
+// a vpmaddwd per vector; bench_linear --threads=2, avx2, this Xeon, alternated 2x: w13_mxfp4_tiled rows:4 1.44-1.48
+// -> 1.36-1.44 ms, w2 rows:4 0.93-0.95 -> 0.79-0.85, rows:1 alike.) Every sum is an integer below 2^25: exact.
+template <int R, int NT, int P>
+inline void exact_fp4_tile_major_sums(const GemmArgs& g, const uint8_t* w, int64_t tile_bytes, int64_t b,
+                                      int64_t prefetch_bytes, __m256i w_table, __m256i (&sums)[R][NT][2]) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), times_256 = _mm256_set1_epi16(256);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) sums[r][t][0] = sums[r][t][1] = _mm256_set1_epi32(-g.act_int_offsets[r * g.kb + b]);
+  auto piece = [&](int r, int p, int v, int set) {  // row r's piece p bytes of the vector's low (0) / high (1) set
+    int32_t bytes;
+    std::memcpy(&bytes, g.act_pieces + (r * g.kb + b) * kFp4PieceBlockBytes + 32 * p + 8 * v + 4 * set, 4);
+    return _mm256_set1_epi32(bytes);
+  };
+#pragma GCC unroll 2
+  for (int v = 0; v < 4; v += 2)
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* vector = w + t * tile_bytes + b * 4 * kTileMajorVectorBytes + v * kTileMajorVectorBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(vector + prefetch_bytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(vector + kTileMajorVectorBytes + prefetch_bytes), _MM_HINT_T0);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m256i low_w[2], high_w[2];  // vectors v and v + 1
+        for (int u = 0; u < 2; ++u) {
+          const __m256i raw =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vector + u * kTileMajorVectorBytes + 32 * h));
+          low_w[u] = _mm256_shuffle_epi8(w_table, _mm256_and_si256(raw, nibble));
+          high_w[u] = _mm256_shuffle_epi8(w_table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble));
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          auto words = [&](int p) {  // both vectors' words: at most 4 * 2 * 24 * 128 in magnitude
+            return _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(low_w[0], piece(r, p, v, 0)),
+                                                     _mm256_maddubs_epi16(high_w[0], piece(r, p, v, 1))),
+                                    _mm256_add_epi16(_mm256_maddubs_epi16(low_w[1], piece(r, p, v + 1, 0)),
+                                                     _mm256_maddubs_epi16(high_w[1], piece(r, p, v + 1, 1))));
+          };
+          __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(words(0), ones), _mm256_madd_epi16(words(1), times_256));
+          if constexpr (P == 3) sum = _mm256_add_epi32(sum, _mm256_slli_epi32(_mm256_madd_epi16(words(2), ones), 16));
+          sums[r][t][h] = _mm256_add_epi32(sums[r][t][h], sum);
+        }
+      }
+    }
+}
+
+// One MXFP4 block of a tile-major tile's 8 outputs (`half`: the block's first byte plus 32h, outputs 8h .. 8h + 7)
+// for one row, in fp32 down k from 0: the reference's own order and bits. values: the row's block in the
+// tile-major piece order (k 0 4 1 5 2 6 3 7 of each 8). Each product W * a is exact, and so twice the reference's;
+// halving the sum is exact too. For the blocks the integers cannot take (a NaN code, or 12 Σ |N| >= 2^24): rare.
+inline __m256 fp4_tile_major_block_fp32(const uint8_t* half, const float* values, __m256i w_table) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  __m256 sum = _mm256_setzero_ps();
+  for (int v = 0; v < 4; ++v) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half + v * kTileMajorVectorBytes));
+    const __m256i sets[2] = {_mm256_shuffle_epi8(w_table, _mm256_and_si256(raw, nibble)),
+                             _mm256_shuffle_epi8(w_table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble))};
+    for (int j = 0; j < 8; ++j) {
+      // k 8v + j: set (j / 2) % 2, byte 2 (j % 2) + j / 4 of the dword; position 2 (j % 4) + j / 4 in values.
+      const int byte = 2 * (j % 2) + j / 4;
+      const __m256i w_plus_12 = _mm256_srli_epi32(_mm256_slli_epi32(sets[(j / 2) % 2], 24 - 8 * byte), 24);
+      const __m256 weight = _mm256_sub_ps(_mm256_cvtepi32_ps(w_plus_12), _mm256_set1_ps(12.0f));
+      sum = _mm256_fmadd_ps(weight, _mm256_set1_ps(values[8 * v + 2 * (j % 4) + j / 4]), sum);
+    }
+  }
+  return _mm256_mul_ps(sum, _mm256_set1_ps(0.5f));
+}
+
+// R activation rows (1..kDecodeMaxRows) on NT tile-major MXFP4 tiles of 16 outputs from `tile`, all of K. A block
+// every row can take in integers takes exact_fp4_tile_major_sums (NT x R x 2 int32 sums in registers); any other
+// takes fp4_tile_major_block_fp32: the reference's bits either way, so every row count gives the same. The block
+// sums are scaled and added in K order as the reference does: y = y + (partial * sa) * sw.
+template <int R, int NT>
+void decode_fp4_tile_major(const GemmArgs& g, int64_t tile) {
+  const LinearDecodeTables& dt = linear_decode_tables();
+  const __m256i w_table =
+      _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(fp4_byte_tables().w_plus_12)));
+  const int64_t tile_bytes = kTileMajorOutputs * g.in / 2;
+  const int64_t block_bytes = 4 * kTileMajorVectorBytes;
+  const uint8_t* w = g.w + tile * tile_bytes;
+  alignas(32) float y[R][NT][2][kTile] = {};  // in memory: the registers hold the integer sums
+  for (int64_t b = 0; b < g.kb; ++b) {
+    // In a tile's last bytes each stream prefetches the start of the tile it reads next (NT tiles on).
+    const bool near_end = b * block_bytes + kFp4TileMajorPrefetchBytes >= tile_bytes;
+    const int64_t prefetch_bytes = kFp4TileMajorPrefetchBytes + (near_end ? (NT - 1) * tile_bytes : 0);
+    int pieces = 2;  // the most any row's block needs; 0: some row's block is not exact
+    for (int r = 0; r < R && pieces != 0; ++r)
+      pieces = g.act_units[r * g.kb + b] == 0.0f ? 0 : std::max<int>(pieces, g.act_piece_counts[r * g.kb + b]);
+    __m256 partial[R][NT][2];
+    if (pieces != 0) {
+      __m256i sums[R][NT][2];
+      if (pieces == 2) exact_fp4_tile_major_sums<R, NT, 2>(g, w, tile_bytes, b, prefetch_bytes, w_table, sums);
+      else exact_fp4_tile_major_sums<R, NT, 3>(g, w, tile_bytes, b, prefetch_bytes, w_table, sums);
+      for (int r = 0; r < R; ++r) {
+        const __m256 unit = _mm256_set1_ps(g.act_units[r * g.kb + b]);
+        for (int t = 0; t < NT; ++t)
+          for (int h = 0; h < 2; ++h) partial[r][t][h] = _mm256_mul_ps(_mm256_cvtepi32_ps(sums[r][t][h]), unit);
+      }
+    } else {
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < NT; ++t)
+          for (int h = 0; h < 2; ++h)
+            partial[r][t][h] = fp4_tile_major_block_fp32(w + t * tile_bytes + b * block_bytes + 32 * h,
+                                                         g.act + r * g.in + 32 * b, w_table);
+    }
+    for (int t = 0; t < NT; ++t) {
+      // The tile's 16 scales of the block (16 consecutive bytes): a ue8m0 e is the fp32 whose exponent field is e,
+      // except 0 (2^-127, subnormal in fp32) and 255 (NaN), which take the table.
+      const uint8_t* scales = g.w_scales + (tile + t) * kTileMajorOutputs * g.kb + kTileMajorOutputs * b;
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
+      const __m128i special = _mm_or_si128(_mm_cmpeq_epi8(bytes, _mm_setzero_si128()),
+                                           _mm_cmpeq_epi8(bytes, _mm_set1_epi8(-1)));
+      __m256 w_scale[2];
+      if (_mm_movemask_epi8(special) == 0) {
+        w_scale[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(bytes), 23));
+        w_scale[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)), 23));
+      } else {
+        alignas(32) float table[kTileMajorOutputs];
+        for (int i = 0; i < kTileMajorOutputs; ++i) table[i] = dt.e8m0_f32[scales[i]];
+        w_scale[0] = _mm256_load_ps(table);
+        w_scale[1] = _mm256_load_ps(table + kTile);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256 sa = _mm256_set1_ps(dt.e8m0_f32[g.act_scales[r * g.kb + b]]);
+        for (int h = 0; h < 2; ++h)
+          _mm256_store_ps(y[r][t][h], _mm256_add_ps(_mm256_load_ps(y[r][t][h]),
+                                                    _mm256_mul_ps(_mm256_mul_ps(partial[r][t][h], sa), w_scale[h])));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t)
+      for (int h = 0; h < 2; ++h)
+        _mm256_storeu_ps(g.y + r * g.out + (tile + t) * kTileMajorOutputs + kTile * h, _mm256_load_ps(y[r][t][h]));
+}
+
+// decode_fp4_tile_major over tiles [tile_begin, tile_end) of 16 outputs, two at a time. (bench_linear --threads=2,
+// avx2, this Xeon, w13_mxfp4_tiled, alternated 2x: rows:1 0.47-0.50 ms two at a time, 0.52 one, 0.55-0.57 four;
+// rows:4 1.48-1.49, 1.69-1.70 and 1.45-1.52: four tiles' integer sums no longer fit in the 16 registers.)
+template <int R>
+void decode_fp4_tile_major_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  int64_t tile = tile_begin;
+  for (; tile + 2 <= tile_end; tile += 2) decode_fp4_tile_major<R, 2>(g, tile);
+  if (tile < tile_end) decode_fp4_tile_major<R, 1>(g, tile);
+}
+
 }  // namespace
 
 // decode_rows_tiles over every tile of g (1..kDecodeMaxRows rows, row-major weights), one contiguous range per
@@ -505,29 +662,42 @@ void run_decode_rows(const GemmArgs& g, ThreadPool* pool) {
 template void run_decode_rows<false>(const GemmArgs&, ThreadPool*);
 template void run_decode_rows<true>(const GemmArgs&, ThreadPool*);
 
-// The tile-major FP8 decode (1..kDecodeMaxRows rows: decode_fp8_tile_major, decode_fp8_tile_major_rows) over every
-// 16-output tile of g, one contiguous range per thread (as run_decode_rows); a range that met a NaN code is
-// recomputed by gemm_tiles.
-void run_decode_fp8_tile_major(const GemmArgs& g, ThreadPool* pool) {
+// The tile-major decode (1..kDecodeMaxRows rows; FP8: decode_fp8_tile_major, decode_fp8_tile_major_rows; MXFP4:
+// decode_fp4_tile_major) over every 16-output tile of g, one contiguous range per thread (as run_decode_rows); an FP8
+// range that met a NaN code is recomputed by gemm_tiles.
+template <bool kFp4>
+void run_decode_tile_major(const GemmArgs& g, ThreadPool* pool) {
   auto body = [&](int64_t begin, int64_t end, int) {
-    uint8_t largest = 0;
-    if (g.rows == 1) {
-      largest = decode_fp8_tile_major_range(g, begin, end);
+    if constexpr (kFp4) {
+      switch (g.rows) {
+        case 1: return decode_fp4_tile_major_range<1>(g, begin, end);
+        case 2: return decode_fp4_tile_major_range<2>(g, begin, end);
+        case 3: return decode_fp4_tile_major_range<3>(g, begin, end);
+        default: return decode_fp4_tile_major_range<4>(g, begin, end);
+      }
     } else {
-      for (int64_t tile = begin; tile < end; ++tile) {
-        switch (g.rows) {
-          case 2: largest = std::max(largest, decode_fp8_tile_major_rows<2>(g, tile)); break;
-          case 3: largest = std::max(largest, decode_fp8_tile_major_rows<3>(g, tile)); break;
-          default: largest = std::max(largest, decode_fp8_tile_major_rows<4>(g, tile)); break;
+      uint8_t largest = 0;
+      if (g.rows == 1) {
+        largest = decode_fp8_tile_major_range(g, begin, end);
+      } else {
+        for (int64_t tile = begin; tile < end; ++tile) {
+          switch (g.rows) {
+            case 2: largest = std::max(largest, decode_fp8_tile_major_rows<2>(g, tile)); break;
+            case 3: largest = std::max(largest, decode_fp8_tile_major_rows<3>(g, tile)); break;
+            default: largest = std::max(largest, decode_fp8_tile_major_rows<4>(g, tile)); break;
+          }
         }
       }
+      const int64_t tiles_per_tile = kTileMajorOutputs / kTile;
+      if (largest == 0x7f) gemm_tiles<false>(g, begin * tiles_per_tile, end * tiles_per_tile);
     }
-    const int64_t tiles_per_tile = kTileMajorOutputs / kTile;
-    if (largest == 0x7f) gemm_tiles<false>(g, begin * tiles_per_tile, end * tiles_per_tile);
   };
   const int64_t tiles = g.out / kTileMajorOutputs;
   if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);
   else body(0, tiles, 0);
 }
+
+template void run_decode_tile_major<false>(const GemmArgs&, ThreadPool*);
+template void run_decode_tile_major<true>(const GemmArgs&, ThreadPool*);
 
 }  // namespace dsflash::linear_impl::avx2

@@ -59,9 +59,10 @@ struct GemmArgs {
   bool tile_major = false;             // weight order (kernels/linear.h)
   bool may_hold_nan = true;            // FP8: Fp8Weight::may_hold_nan
   const float* act = nullptr;          // [rows, in] fp32 values
-  // One to kDecodeMaxRows rows on MXFP4 (decode_rows_tiles): the same values as integers where that is exact
-  // (prepare_fp4_decode_rows): N in signed byte pieces [rows, kb, kFp4PieceBlockBytes], units [rows, kb] (0: the
-  // block is not exact), piece counts [rows, kb] (2 or 3).
+  // One to kDecodeMaxRows rows on MXFP4 (decode_rows_tiles, decode_fp4_tile_major): each block's values in the
+  // order of the weights' nibbles, and the same values as integers where that is exact (prepare_fp4_decode_rows):
+  // N in signed byte pieces [rows, kb, kFp4PieceBlockBytes], units [rows, kb] (0: the block is not exact), piece
+  // counts [rows, kb] (2 or 3).
   const int8_t* act_pieces = nullptr;
   const float* act_units = nullptr;
   const uint8_t* act_piece_counts = nullptr;
@@ -75,18 +76,21 @@ template <bool kFp4>
 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end);
 
 // The decode kernels (linear_avx2_decode.cpp).
-// MXFP4 decode rows from their e4m3 codes x [rows, in]: values [rows, in] fp32 with each block in the order the
-// nibbles come out of a packed block (even k 0..14, even k 16..30, odd k 1..15, odd k 17..31), and the same values
-// as the integers N in pieces [rows, in / 32, kFp4PieceBlockBytes] (that order too), with units [rows, in / 32] =
-// 2^(s-11), 0 where the block is not exact (a NaN code, or 12 Σ |N| >= 2^24), piece counts [rows, in / 32] (3 where
-// some p2 is not 0, else 2) and offsets [rows, in / 32] = 12 * Σ N of each block (what W + 12 adds). The values come
-// through fp16 (e4m3_fp16_words; NaN blocks from the table), and N = value * 2^(10-s): exact integers.
-void prepare_fp4_decode_rows(const Fp8Activations& x, float* values, int8_t* pieces, float* units,
+// MXFP4 decode rows from their e4m3 codes x [rows, in]: values [rows, in] fp32 with each block in the order its
+// weights' nibbles come out, and the same values as the integers N in pieces [rows, in / 32, kFp4PieceBlockBytes]
+// (that order too), with units [rows, in / 32] = 2^(s-11), 0 where the block is not exact (a NaN code, or
+// 12 Σ |N| >= 2^24), piece counts [rows, in / 32] (3 where some p2 is not 0, else 2) and offsets [rows, in / 32] =
+// 12 * Σ N of each block (what W + 12 adds). The order: row-major weights (tile_major false): even k 0..14, even k
+// 16..30, odd k 1..15, odd k 17..31 (a packed block's low nibbles, then its high ones); tile-major: k 0 4 1 5 2 6 3 7
+// of each 8 (a tile-major vector's low nibbles of an output's dword, then its high ones; kernels/linear.h). The
+// values come through fp16 (e4m3_fp16_words; NaN blocks from the table), and N = value * 2^(10-s): exact integers.
+void prepare_fp4_decode_rows(const Fp8Activations& x, bool tile_major, float* values, int8_t* pieces, float* units,
                              uint8_t* piece_counts, int32_t* offsets);
 // g.rows (1..kDecodeMaxRows) on row-major weights, one contiguous range of tiles per thread.
 template <bool kFp4>
 void run_decode_rows(const GemmArgs& g, ThreadPool* pool);
-// g.rows (1..kDecodeMaxRows) on tile-major FP8 weights, one contiguous range of tiles per thread.
-void run_decode_fp8_tile_major(const GemmArgs& g, ThreadPool* pool);
+// g.rows (1..kDecodeMaxRows) on tile-major weights, one contiguous range of tiles per thread.
+template <bool kFp4>
+void run_decode_tile_major(const GemmArgs& g, ThreadPool* pool);
 
 }  // namespace dsflash::linear_impl::avx2

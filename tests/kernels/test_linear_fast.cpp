@@ -460,117 +460,6 @@ TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
   }
 }
 
-// The AVX2 table's many-row path sums each block down k from 0 (weights in lanes, linear_avx2.cpp), the reference's
-// own order: the same bits on random codes, where the order of a block's products shows, in both weight orders. So
-// do 1-4 rows on tile-major weights (its decode on the load-time copy; row-major decode sums in another order).
-TEST(LinearFast, Avx2ManyRowsGiveTheReferenceBits) {
-  const LinearKernels* k = linear_impl::avx2_kernels();
-  if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
-  std::mt19937 rng(41);
-  ThreadPool pool(2);
-  for (const auto& [rows, out, in] : {std::tuple{5, 40, 544}, std::tuple{9, 17, 96}, std::tuple{16, 72, 1056},
-                                      std::tuple{40, 16, 96}, std::tuple{1, 80, 1056}, std::tuple{2, 32, 544},
-                                      std::tuple{3, 16, 96}, std::tuple{4, 48, 256}})
-    for (const bool tiled : {false, true}) {
-      if (tiled && !tile_major_possible(out, in)) continue;
-      if (!tiled && rows <= 4) continue;
-      const auto x = test::random_fp8_acts(rng, rows, in);
-      const auto w8 = test::random_fp8_weight(rng, out, in);
-      const auto w4 = test::random_fp4_weight(rng, out, in);
-      const OrderedWeights w = in_order(w8, w4, tiled);
-      std::vector<float> got(static_cast<size_t>(rows * out)), ref(got.size());
-      const std::string where =
-          "rows " + std::to_string(rows) + " out " + std::to_string(out) + (tiled ? " tiled" : "");
-      k->fp8_gemm(x.view(), w.fp8(), got.data(), &pool);
-      reference_linear_kernels().fp8_gemm(x.view(), w8.view(), ref.data(), nullptr);
-      ASSERT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0) << "fp8 " << where;
-      k->fp4_gemm(x.view(), w.fp4(), got.data(), &pool);
-      reference_linear_kernels().fp4_gemm(x.view(), w4.view(), ref.data(), nullptr);
-      ASSERT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0) << "fp4 " << where;
-    }
-}
-
-// The AVX2 decode path (1..4 rows, row-major MXFP4) multiplies a block in integers only where every row's block is
-// exact (linear_avx2_decode.cpp, prepare_fp4_decode_rows), else in fp32 FMAs. In a block that could be exact, any
-// fp32 order is exact too, so each row gets the same bits alone as with rows whose blocks are not exact; and a row
-// whose blocks all could be exact gets the reference's bits. Blocks here are narrow (small dyadic codes: integers), wide
-// (random codes, some spanning more than 2^11 in steps), or hold a NaN.
-TEST(LinearFast, Avx2Fp4DecodeRowsRunAloneWithMixedExactBlocks) {
-  const LinearKernels* k = linear_impl::avx2_kernels();
-  if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
-  const uint8_t narrow[] = {0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x80, 0xb0, 0xb8, 0xbc, 0xc0, 0xc4, 0xc8};
-  std::mt19937 rng(31);
-  ThreadPool pool(2);
-  for (const auto& [rows, out, in] : {std::tuple{4, 40, 2112}, std::tuple{3, 17, 96}, std::tuple{2, 64, 1024}}) {
-    auto x = test::random_fp8_acts(rng, rows, in);
-    auto w = test::random_fp4_weight(rng, out, in);
-    for (int r = 0; r < rows; ++r)
-      for (int b = 0; b < in / 32; ++b) {
-        uint8_t* block = x.codes.data() + r * in + 32 * b;
-        const bool narrow_block = r == 0 || rng() % 3 == 0;  // row 0: every block could be exact
-        if (narrow_block)
-          for (int j = 0; j < 32; ++j) block[j] = narrow[rng() % std::size(narrow)];
-        if (r == rows - 1 && b == 1) {  // one NaN, in the last row only, among large codes that would be exact
-          for (int j = 0; j < 32; ++j) block[j] = static_cast<uint8_t>(0x70 + (rng() % 15) + (rng() % 2) * 0x80);
-          block[5] = 0x7f;
-        }
-      }
-    std::vector<float> together(static_cast<size_t>(rows * out)), ref(together.size());
-    k->fp4_gemm(x.view(), w.view(), together.data(), &pool);
-    reference_linear_kernels().fp4_gemm(x.view(), w.view(), ref.data(), nullptr);
-    for (int r = 0; r < rows; ++r) {
-      const Fp8Activations one{x.codes.data() + r * in, x.scales.data() + r * (in / 32), 1, in};
-      std::vector<float> alone(static_cast<size_t>(out));
-      k->fp4_gemm(one, w.view(), alone.data(), nullptr);
-      for (int o = 0; o < out; ++o) {
-        const float t = together[r * out + o];
-        const std::string where =
-            "rows " + std::to_string(rows) + " row " + std::to_string(r) + " out " + std::to_string(o);
-        ASSERT_EQ(std::memcmp(&t, &alone[o], sizeof(float)), 0) << where << ": " << t << " alone " << alone[o];
-        if (r == 0) {
-          ASSERT_EQ(std::memcmp(&t, &ref[r * out + o], sizeof(float)), 0) << where << " vs the reference";
-        }
-        const test::Exact e = test::exact_fp4(x.view(), w.view(), r, o);
-        if (std::isnan(ref[r * out + o])) {
-          ASSERT_TRUE(std::isnan(t)) << where;
-        } else {
-          ASSERT_NEAR(t, ref[r * out + o], 2 * test::fp32_sum_bound(in, e.abs_sum)) << where;
-        }
-      }
-    }
-  }
-}
-
-// Blocks whose integers N need a third byte piece (some |N| >= 2^15, yet 12 Σ |N| < 2^24: one large code among
-// subnormal ones) sum exactly, so the AVX2 decode rows (1..4, integer pieces) give the reference's bits; so do rows
-// of two-piece blocks in a pass with a three-piece row.
-TEST(LinearFast, Avx2Fp4DecodeTakesThreePieceBlocksExactly) {
-  const LinearKernels* k = linear_impl::avx2_kernels();
-  if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
-  std::mt19937 rng(41);
-  ThreadPool pool(2);
-  for (const int rows : {1, 2, 3, 4}) {
-    const int out = 48, in = 256;
-    auto x = test::random_fp8_acts(rng, rows, in);
-    auto w = test::random_fp4_weight(rng, out, in);
-    for (int r = 0; r < rows; ++r)
-      for (int b = 0; b < in / 32; ++b) {
-        uint8_t* block = x.codes.data() + r * in + 32 * b;
-        const bool three_pieces = r % 2 == 0 || b % 3 == 0;
-        for (int j = 0; j < 32; ++j) block[j] = static_cast<uint8_t>(rng() % 8 + (rng() % 2) * 0x80);  // subnormal
-        // 0x70 + m: 2^7 (1 + m/8), N = (8 + m) << 13 >= 2^16 against the subnormals' unit; else N < 2^12.
-        if (three_pieces) block[rng() % 32] = static_cast<uint8_t>(0x70 + rng() % 8 + (rng() % 2) * 0x80);
-        else block[rng() % 32] = static_cast<uint8_t>(0x48 + rng() % 8);
-      }
-    std::vector<float> got(static_cast<size_t>(rows * out)), ref(got.size());
-    k->fp4_gemm(x.view(), w.view(), got.data(), &pool);
-    reference_linear_kernels().fp4_gemm(x.view(), w.view(), ref.data(), nullptr);
-    for (int i = 0; i < rows * out; ++i)
-      ASSERT_EQ(std::memcmp(&got[i], &ref[i], sizeof(float)), 0)
-          << "rows " << rows << " row " << i / out << " out " << i % out << ": " << got[i] << " vs " << ref[i];
-  }
-}
-
 // The AVX-512 table's two ways to multiply many rows (linear_impl::RowsMultiply) give the same bits: random codes
 // (inexact block sums, where the order of the products shows), activation scales inside and outside the range
 // that is folded, both weight orders, and bf16 activations down to 2^-120 (products that vdpbf16ps would flush).
@@ -808,29 +697,33 @@ TEST(LinearFast, Fp4RowsGiveTheirAloneBitsWhereBlockSumsRound) {
   }
 }
 
-// MXFP4 weight scales of every value, 0 (2^-127) and 255 (NaN) included, in groups of 8 blocks and in a tail (the
-// AVX2 decode builds 8 blocks' scales at once as fp32 bits and takes the table for 0, 255 and the tail).
+// MXFP4 weight scales of every value, 0 (2^-127) and 255 (NaN) included, in groups of 8 blocks and in a tail, in
+// both weight orders (the AVX2 decode builds 8 blocks' or a tile's 16 scales at once as fp32 bits and takes the
+// table for 0, 255 and the row-major tail).
 TEST(LinearFast, Fp4WeightScalesOfEveryValueMatchReference) {
   std::mt19937 rng(43);
   for (const LinearKernels* k : fast_kernels())
-    for (const int rows : {1, 4, 7}) {
-      const int out = 24, in = 32 * 19;  // 19 blocks: two groups of 8 and a tail of 3
-      auto x = test::random_fp8_acts(rng, rows, in);
-      auto w = test::random_fp4_weight(rng, out, in);
-      for (size_t i = 0; i < w.scales.size(); ++i) w.scales[i] = static_cast<uint8_t>(i * 7 % 256);
-      for (int o = 0; o < 8; ++o) w.scales[o * (in / 32) + 9] = static_cast<uint8_t>(o % 2 == 0 ? 0 : 255);
-      std::vector<float> got(static_cast<size_t>(rows * out)), ref(got.size());
-      k->fp4_gemm(x.view(), w.view(), got.data(), nullptr);
-      reference_linear_kernels().fp4_gemm(x.view(), w.view(), ref.data(), nullptr);
-      for (int i = 0; i < rows * out; ++i) {
-        if (std::isnan(ref[i])) {
-          ASSERT_TRUE(std::isnan(got[i])) << k->name << " rows " << rows << " at " << i;
-        } else {
-          ASSERT_EQ(std::memcmp(&got[i], &ref[i], sizeof(float)), 0)
-              << k->name << " rows " << rows << " at " << i << ": " << got[i] << " vs " << ref[i];
+    for (const bool tiled : {false, true})
+      for (const int rows : {1, 4, 7}) {
+        const int out = tiled ? 32 : 24, in = 32 * 19;  // 19 blocks: two groups of 8 and a tail of 3
+        auto x = test::random_fp8_acts(rng, rows, in);
+        auto w = test::random_fp4_weight(rng, out, in);
+        for (size_t i = 0; i < w.scales.size(); ++i) w.scales[i] = static_cast<uint8_t>(i * 7 % 256);
+        for (int o = 0; o < 8; ++o) w.scales[o * (in / 32) + 9] = static_cast<uint8_t>(o % 2 == 0 ? 0 : 255);
+        const OrderedWeights ordered = in_order(test::random_fp8_weight(rng, out, in), w, tiled);
+        std::vector<float> got(static_cast<size_t>(rows * out)), ref(got.size());
+        k->fp4_gemm(x.view(), ordered.fp4(), got.data(), nullptr);
+        reference_linear_kernels().fp4_gemm(x.view(), w.view(), ref.data(), nullptr);
+        const std::string where = std::string(k->name) + (tiled ? " tiled" : "") + " rows " + std::to_string(rows);
+        for (int i = 0; i < rows * out; ++i) {
+          if (std::isnan(ref[i])) {
+            ASSERT_TRUE(std::isnan(got[i])) << where << " at " << i;
+          } else {
+            ASSERT_EQ(std::memcmp(&got[i], &ref[i], sizeof(float)), 0)
+                << where << " at " << i << ": " << got[i] << " vs " << ref[i];
+          }
         }
       }
-    }
 }
 
 TEST(LinearFast, NanCodesAndScaleOrderEdgeCasesMatchReference) {
