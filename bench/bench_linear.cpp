@@ -68,7 +68,7 @@ const LinearShape kShapes[] = {
     {"w13_mxfp4", Format::kFp4, 4608, 5120},   // its w1 and w3 paired at load (repack_fp4_pair_tile_major): one call
     {.name = "w2_mxfp4", .format = Format::kFp4, .out = 5120, .in = 2304, .swiglu_input = true},  // routed expert down
     {"head_bf16", Format::kBf16, 16384, 5120},  // a 16K-row slice of the 129,280-row head
-    {"wo_a_bf16", Format::kBf16, 1024, 4096},   // one of the 8 output groups (64 heads x 512 / 8 -> 1024)
+    {"wo_a_bf16", Format::kBf16, 1024, 4096},   // one of the 8 output groups (64 heads x 512 / 8 -> 1024) in bf16
     {"wo_a_fp8", Format::kFp8AsBf16, 1024, 4096},  // the same group from the stored FP8 codes
     {"wo_a_fp8_grouped", Format::kFp8AsBf16, 8192, 4096, false, 8},  // all 8 groups in one call, as the model runs it
     {"wo_a_fp8_by_group", Format::kFp8AsBf16, 8192, 4096, false, 8, true},  // the same as 8 calls
@@ -288,8 +288,8 @@ void register_all(int threads) {
     for (const LinearShape& s : kShapes)
       for (const bool tiled : {false, true}) {
         // "_tiled": the layout the engine gives this table's FP8/FP4 weights at load.
-        // wo_a's FP8 codes too: the engine copies them for tables that run them (not fp8_as_bf16_prefers_copy);
-        // on the others the row compares the codes against the bf16 copy those tables run (wo_a_bf16).
+        // wo_a's FP8 codes too, which every table runs; wo_a_bf16 times an exact bf16 copy of one group, which no
+        // table keeps: twice the bytes against decoding the codes.
         const bool fp8_codes = s.format == Format::kFp8 || s.format == Format::kFp8AsBf16;
         const bool tile_major_format = (fp8_codes && k->prefers_tile_major.fp8) ||
                                        (s.format == Format::kFp4 && k->prefers_tile_major.fp4);

@@ -125,9 +125,6 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
     auto dspark = DSpark::bind(impl->runner->checkpoint(), impl->runner->weights());
     if (!dspark.ok()) return load_error(dspark.status().message());
     impl->dspark = std::move(*dspark);
-    if (impl->runner->context().backend->fp8_as_bf16_prefers_copy) {
-      impl->dspark->copy_fp8_as_bf16(impl->runner->checkpoint());
-    }
     if (impl->runner->tile_major_linears() > 0) {  // the stages' weights in the order the main layers got
       auto copied = impl->dspark->to_tile_major(impl->runner->checkpoint(),
                                                 impl->runner->context().backend->prefers_tile_major,

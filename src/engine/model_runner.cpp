@@ -44,9 +44,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
     runner->ctx_ = ComputeContext::for_backend(*fast_backend, runner->pool_.get());
   }
   runner->ctx_.workspace = runner->workspace_.get();
-  // The bf16 copies first: the codes they replace are given back, not copied again.
-  const bool bf16_copies = runner->ctx_.backend->fp8_as_bf16_prefers_copy;
-  if (bf16_copies) runner->weights_->copy_fp8_as_bf16(runner->checkpoint_);
   if (options.tile_major_weights && runner->ctx_.backend->prefers_tile_major.any()) {
     auto rewritten = runner->weights_->to_tile_major(runner->checkpoint_, runner->ctx_.backend->prefers_tile_major,
                                                       runner->pool_.get());
@@ -57,7 +54,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const std::string& checkp
   // are locked as their pages are touched (the first steps read the rest), the copies at once. One call per
   // mapping: locking tensor by tensor would split it into a memory area per tensor (the kernel's map count).
   if (options.lock_weights) {
-    const bool released = runner->tile_major_linears_ > 0 || bf16_copies;
+    const bool released = runner->tile_major_linears_ > 0;
     if (Status s = runner->checkpoint_.lock_in_memory(released); !s.ok())
       return s.with_context("locking the weights in memory");
     if (Status s = runner->weights_->tile_major_weights().lock_in_memory(); !s.ok()) return s;

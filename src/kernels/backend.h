@@ -48,8 +48,6 @@ struct Backend {
   // [rows, groups * w.in], y [rows, w.out].
   void (*fp8_as_bf16_grouped_gemm)(const float* x, int64_t rows, int64_t groups, const Fp8Weight& w, float* y,
                                    ThreadPool* pool);
-  // LinearKernels::fp8_as_bf16_prefers_copy: run such weights from an exact bf16 copy with bf16_gemm instead.
-  bool fp8_as_bf16_prefers_copy;
 
   // --- activation quantisation (formats/quant.h act_quant_block32, row by row):
   // x fp32 [rows, k] (k % 32 == 0) -> codes [rows, k] e4m3, scales [rows, k/32] ue8m0.

@@ -140,9 +140,6 @@ struct LinearKernels {
   void (*fp4_gemm)(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool);
   void (*bf16_gemm)(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
   void (*fp8_as_bf16_gemm)(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool);
-  // This table's bf16_gemm on an exact bf16 copy beats its fp8_as_bf16_gemm on the codes (AVX2: no bf16 dot product,
-  // decoding e4m3 costs more compute than reading twice the bytes), so the loader keeps such a copy for it.
-  bool fp8_as_bf16_prefers_copy = false;
   // The dense-compute limit of this table's GEMMs, for speed figures (the instruction its many-row GEMMs multiply
   // with).
   PeakOps gemm_peak = PeakOps::kBf16Dot;

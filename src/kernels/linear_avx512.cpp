@@ -840,7 +840,6 @@ LinearKernels avx512_table(const char* name, PeakOps peak) {
           fp4_gemm_avx512<kMultiply>,
           bf16_gemm_avx512,
           fp8_as_bf16_gemm_avx512<kMultiply>,
-          false,
           peak,
           fp8_as_bf16_grouped_gemm_avx512<kMultiply>,
           amx_usable() ? kFp4AmxMinRows : 0};

@@ -187,24 +187,6 @@ Result<std::unique_ptr<AttentionLayer>> AttentionLayer::bind(const TensorLookup&
   return a;
 }
 
-int64_t AttentionLayer::copy_wo_a_to_bf16(const Checkpoint& checkpoint) {
-  if (!wo_a_bf16_.empty()) return 0;
-  wo_a_bf16_.resize(static_cast<size_t>(wo_a_.out * wo_a_.in));
-  const int64_t scale_cols = wo_a_.in / 32;
-  for (int64_t o = 0; o < wo_a_.out; ++o) {
-    for (int64_t b = 0; b < scale_cols; ++b) {
-      uint8_t gathered[32];
-      const uint8_t* codes = fp8_block_codes(wo_a_, o, b, gathered);
-      const float scale = e8m0_to_f32(wo_a_.scales[(o / 32) * scale_cols + b]);
-      for (int j = 0; j < 32; ++j)
-        wo_a_bf16_[static_cast<size_t>(o * wo_a_.in + 32 * b + j)] = f32_to_bf16(e4m3_to_f32(codes[j]) * scale);
-    }
-  }
-  checkpoint.release(wo_a_.codes, static_cast<size_t>(wo_a_.out * wo_a_.in));
-  const int64_t fp8_bytes = wo_a_.out * wo_a_.in + (wo_a_.out / 32) * scale_cols;
-  return 2 * wo_a_.out * wo_a_.in - fp8_bytes;
-}
-
 Status AttentionLayer::forward_global_kv(const float* x, int64_t num_tokens, int64_t start_pos, SequenceState& state,
                                          const ComputeContext& ctx, AttentionTrace* trace) {
   auto where = [this] { return "attention layer " + std::to_string(layer_) + " global-KV path"; };  // errors only
@@ -424,29 +406,13 @@ void AttentionLayer::project_output(float* o, int64_t rows, const float* cos, co
   Workspace private_workspace;  // only when the caller has none
   Arena& frame = (ctx.workspace != nullptr ? *ctx.workspace : private_workspace).frame();
   ArenaScope scope(frame);
-  const int64_t group_in = h_n * d / groups_;
   // [rows, groups * o_lora]
   const std::span<float> oa = frame.take<float>(static_cast<size_t>(rows * groups_ * o_lora_));
-  if (wo_a_bf16_.empty()) {
-    // o [rows, groups * group_in] is the groups' inputs side by side; wo_a's groups are its o_lora-row slices.
+  {
+    // o [rows, h_n * d] is the groups' inputs side by side; wo_a's groups are its o_lora-row slices.
     ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
     ctx.backend->fp8_as_bf16_grouped_gemm(o, rows, groups_, wo_a_, oa.data(), ctx.pool);
     round_to_bf16_inplace(oa.data(), rows * groups_ * o_lora_);
-  } else {
-    const std::span<float> group_x = frame.take<float>(static_cast<size_t>(rows * group_in));  // [rows, group_in]
-    const std::span<float> group_y = frame.take<float>(static_cast<size_t>(rows * o_lora_));   // [rows, o_lora]
-    for (int g = 0; g < groups_; ++g) {
-      for (int64_t t = 0; t < rows; ++t) {
-        std::memcpy(&group_x[static_cast<size_t>(t * group_in)], &o[static_cast<size_t>(t * h_n * d + g * group_in)],
-                    static_cast<size_t>(group_in) * sizeof(float));
-      }
-      const Bf16Weight w{wo_a_bf16_.data() + g * o_lora_ * group_in, o_lora_, group_in};
-      bf16_linear(group_x.data(), rows, w, group_y.data(), ctx, true);
-      for (int64_t t = 0; t < rows; ++t) {
-        std::memcpy(&oa[static_cast<size_t>(t * groups_ * o_lora_ + g * o_lora_)],
-                    &group_y[static_cast<size_t>(t * o_lora_)], static_cast<size_t>(o_lora_) * sizeof(float));
-      }
-    }
   }
   fp8_linear_bf16(oa.data(), rows, wo_b_, out, ctx);
 }

@@ -50,17 +50,11 @@ class AttentionLayer {
   using TensorLookup = std::function<const TensorView*(const std::string&)>;
 
   static Result<std::unique_ptr<AttentionLayer>> bind(const Checkpoint& checkpoint, int layer);
-  // Every FP8 linear the layer's kernels read, for a load-time rewrite of its bytes (ModelWeights::to_tile_major):
-  // wo_a's codes not once it has a bf16 copy (copy_wo_a_to_bf16).
+  // Every FP8 linear the layer's kernels read, for a load-time rewrite of its bytes (ModelWeights::to_tile_major).
   void for_each_fp8_linear(FunctionRef<void(Fp8Weight&)> fn) {
     for (Fp8Weight* w : {&wq_a_, &wq_b_, &wkv_, &wo_a_, &wo_b_, &index_wq_b_})
-      if (w->codes != nullptr && !(w == &wo_a_ && !wo_a_bf16_.empty())) fn(*w);
+      if (w->codes != nullptr) fn(*w);
   }
-  // Keeps an exact bf16 copy of wo_a (convert.py's dequantisation) and runs it with bf16_gemm from then on, for
-  // kernel tables that prefer that (LinearKernels::fp8_as_bf16_prefers_copy): the same values, twice the bytes.
-  // The codes' pages are given back (Checkpoint::release). Returns the bytes a decode step now reads beyond the
-  // codes and scales.
-  int64_t copy_wo_a_to_bf16(const Checkpoint& checkpoint);
   // Binds layers.{layer}.attn.* (and for DSpark stages mtp.{layer - n_layers}.attn.*). Errors name the tensor,
   // the expected and found dtype/shape, and `origin`. wo_a stays FP8: the reference's convert.py dequantises it
   // to bf16 (exact), and the backend's fp8_as_bf16_gemm computes that bf16 linear from the codes.
@@ -190,7 +184,6 @@ class AttentionLayer {
   // weights (views into the checkpoint, except the copied sink)
   Fp8Weight wq_a_, wq_b_, wkv_, wo_b_;
   Fp8Weight wo_a_;  // [groups * o_lora, heads * head_dim / groups] FP8, run as bf16 (fp8_as_bf16_gemm)
-  std::vector<uint16_t> wo_a_bf16_;  // the same as bf16 values (copy_wo_a_to_bf16), or empty
   const uint16_t* q_norm_ = nullptr;   // [q_lora] bf16
   const uint16_t* kv_norm_ = nullptr;  // [head_dim] bf16
   std::vector<float> sink_;            // [heads] fp32

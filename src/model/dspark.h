@@ -97,8 +97,6 @@ class DSpark {
   // The stages' FP8 / MXFP4 linears and main_proj copied into tile-major order (copy_to_tile_major), for kernel
   // tables that prefer it, as ModelWeights::to_tile_major does for the main layers. Returns how many.
   Result<int64_t> to_tile_major(const Checkpoint& checkpoint, TileMajorFormats formats, ThreadPool* pool);
-  // The stages' bf16 copies of wo_a, as ModelWeights::copy_fp8_as_bf16 does for the main layers.
-  void copy_fp8_as_bf16(const Checkpoint& checkpoint) { copy_fp8_as_bf16_weights(stages_, checkpoint); }
   const HugePageBuffer& tile_major_weights() const { return tile_major_weights_; }
 
   int block_size() const { return block_; }

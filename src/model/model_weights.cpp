@@ -106,17 +106,6 @@ void for_each_quantised_linear(std::vector<BlockWeights>& blocks, const std::vec
 }
 }  // namespace
 
-int64_t copy_fp8_as_bf16_weights(std::vector<BlockWeights>& blocks, const Checkpoint& checkpoint) {
-  int64_t extra_bytes = 0;
-  for (BlockWeights& block : blocks)
-    if (block.attention) extra_bytes += block.attention->copy_wo_a_to_bf16(checkpoint);
-  return extra_bytes;
-}
-
-void ModelWeights::copy_fp8_as_bf16(const Checkpoint& checkpoint) {
-  decode_weight_bytes_ += copy_fp8_as_bf16_weights(blocks_, checkpoint);
-}
-
 Result<int64_t> ModelWeights::to_tile_major(const Checkpoint& checkpoint, TileMajorFormats formats,
                                             ThreadPool* pool) {
   return copy_to_tile_major(blocks_, {}, formats, checkpoint, pool, tile_major_weights_);

@@ -48,10 +48,6 @@ Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std:
                                    TileMajorFormats formats, const Checkpoint& checkpoint, ThreadPool* pool,
                                    HugePageBuffer& buffer);
 
-// Gives every attention layer of `blocks` its exact bf16 copy of wo_a (AttentionLayer::copy_wo_a_to_bf16), for
-// kernel tables that prefer it (LinearKernels::fp8_as_bf16_prefers_copy). Returns the extra bytes per decode step.
-int64_t copy_fp8_as_bf16_weights(std::vector<BlockWeights>& blocks, const Checkpoint& checkpoint);
-
 class ModelWeights {
  public:
   // Binds the backbone (embed, layers 0..n_layers-1, norm, head) and, when the config has Engram layers,
@@ -76,8 +72,6 @@ class ModelWeights {
   Result<int64_t> to_tile_major(const Checkpoint& checkpoint, TileMajorFormats formats, ThreadPool* pool);
   // The rewritten weights' memory (empty when none), e.g. to lock it in RAM.
   const HugePageBuffer& tile_major_weights() const { return tile_major_weights_; }
-  // copy_fp8_as_bf16_weights on the layers (decode_weight_bytes() counts the copies from then on).
-  void copy_fp8_as_bf16(const Checkpoint& checkpoint);
 
   // Bytes of weights one decode step reads (embedding row, hc, norms, attention, gate + routed top-k + shared
   // expert, head); attention counted by its tensor sizes.

@@ -352,41 +352,6 @@ TEST_P(DSparkGolden, TileMajorStagesGiveTheSameBits) {
   EXPECT_EQ(after->logits, before->logits);
 }
 
-// The FP8 linears the attention layers' kernels read (AttentionLayer::for_each_fp8_linear).
-int64_t attention_fp8_linears(const ModelWeights& weights) {
-  int64_t n = 0;
-  for (const BlockWeights& block : weights.blocks())
-    if (block.attention) block.attention->for_each_fp8_linear([&](Fp8Weight&) { ++n; });
-  return n;
-}
-
-// Kernel tables that prefer it run wo_a from an exact bf16 copy (LinearKernels::fp8_as_bf16_prefers_copy): on the
-// reference kernels, main layers and stages give the bits they gave from the FP8 codes.
-TEST_P(DSparkGolden, Bf16CopyOfWoAGivesTheSameBits) {
-  const std::string name = GetParam();
-  const Recorded r = load_recorded(name);
-  Model m;  // its own: the copy changes how wo_a runs
-  open_model(name, m);
-  ASSERT_TRUE(m.dspark);
-  auto before = run_recorded(m, r, reference_ctx());
-  ASSERT_TRUE(before.ok()) << before.status().message();
-  const int64_t bytes_before = m.weights->decode_weight_bytes();
-  m.weights->copy_fp8_as_bf16(*m.checkpoint);
-  m.dspark->copy_fp8_as_bf16(*m.checkpoint);
-  EXPECT_GT(m.weights->decode_weight_bytes(), bytes_before);  // a bf16 copy is read instead of the codes
-  // The codes it replaces are no linear the kernels read: a later tile-major copy leaves them out.
-  Model without_copy;
-  open_model(name, without_copy);
-  int64_t attention_layers = 0;
-  for (const BlockWeights& block : m.weights->blocks()) attention_layers += block.attention != nullptr;
-  EXPECT_EQ(attention_fp8_linears(*m.weights), attention_fp8_linears(*without_copy.weights) - attention_layers);
-  auto after = run_recorded(m, r, reference_ctx());
-  ASSERT_TRUE(after.ok()) << after.status().message();
-  EXPECT_EQ(after->output_ids, before->output_ids);
-  EXPECT_EQ(after->confidence, before->confidence);
-  EXPECT_EQ(after->logits, before->logits);
-}
-
 INSTANTIATE_TEST_SUITE_P(Models, DSparkGolden, ::testing::Values("tiny-a", "tiny-b"));
 
 // Two sequences in one call give what each gives alone, bit for bit (reference and fast kernels).
