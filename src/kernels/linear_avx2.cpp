@@ -478,7 +478,7 @@ const LinearKernels* avx2_kernels() {
   static const bool supported =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   static const LinearKernels kernels{"avx2", {.fp8 = true, .fp4 = true}, fp8_gemm_avx2, fp4_gemm_avx2, bf16_gemm_avx2,
-                                     fp8_as_bf16_gemm_avx2};
+                                     fp8_as_bf16_gemm_avx2, PeakOps::kFp32Fma256};
   return supported ? &kernels : nullptr;
 }
 

@@ -232,6 +232,9 @@ DotPeak measure_dot_peak(ThreadPool* pool, double seconds, PeakOps ops) {
     const bool vnni = has_vnni();
     peak.kernel = vnni ? kVnniKernel : kMaddubsKernel;
     rounds_fn = vnni ? int8_dot_rounds_vnni : int8_dot_rounds_avx2;
+  } else if (ops == PeakOps::kFp32Fma256) {
+    peak.kernel = kFmaKernel;
+    rounds_fn = fma_rounds;
   } else if (ops == PeakOps::kFp32Fma) {
     const bool avx512 = has_avx512f();
     peak.kernel = avx512 ? kFma512Kernel : kFmaKernel;

@@ -28,10 +28,12 @@ struct DotPeak {
 // kFp32Fma: fused fp32 multiply-adds, 16 lanes (32 FLOPs per instruction; 8 lanes without AVX-512 F), the limit
 // of the FP8 / MXFP4 GEMMs where they multiply bf16 values as fp32 (kernels/linear_impl.h, RowsMultiply) and of
 // sparse attention (exact products).
+// kFp32Fma256: fused fp32 multiply-adds on 8 lanes whatever else the CPU has: the limit of the avx2 table's GEMMs,
+// which multiply with them on every CPU.
 // kInt8Dot: u8 x s8 dots into int32 lanes (AVX-512 VNNI `vpdpbusd`: 64 products and their sums = 128 ops per
 // instruction; without VNNI, AVX2 `vpmaddubsw` + `vpaddw`: 32 products and sums = 64 ops per pair), the limit of the
 // indexer's exact-integer scores (kernels/index_score.h). `gflops` then counts these integer ops.
-enum class PeakOps { kBf16Dot, kAmxBf16, kFp32Fma, kInt8Dot };
+enum class PeakOps { kBf16Dot, kAmxBf16, kFp32Fma, kFp32Fma256, kInt8Dot };
 
 // Runs for about `seconds` on every thread of `pool` (null: the calling thread only).
 DotPeak measure_dot_peak(ThreadPool* pool, double seconds = 0.25, PeakOps ops = PeakOps::kBf16Dot);

@@ -51,6 +51,11 @@ TEST(PeakProbe, ReportsAPositiveRateAndItsKernel) {
   EXPECT_GT(fma.gflops, 0.0);
   EXPECT_TRUE(std::isfinite(fma.gflops));
   EXPECT_EQ(fma.flops_per_thread % dot_probe_flops(fma.kernel, 1), 0);
+  // The avx2 table's limit: 8-lane FMAs on every CPU, AVX-512 ones included.
+  const DotPeak fma256 = measure_dot_peak(&pool, 0.02, PeakOps::kFp32Fma256);
+  EXPECT_EQ(fma256.kernel, "avx2 fp32 fma");
+  EXPECT_GT(fma256.gflops, 0.0);
+  EXPECT_EQ(fma256.flops_per_thread % dot_probe_flops(fma256.kernel, 1), 0);
   // The int8 dot probe (the indexer's exact-integer limit): VNNI where the CPU has it.
   const DotPeak int8 = measure_dot_peak(&pool, 0.02, PeakOps::kInt8Dot);
   const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
