@@ -433,60 +433,85 @@ uint8_t decode_rows_tiles_dispatch(const GemmArgs& g, int64_t tile_begin, int64_
   }
 }
 
-// R = 2..4 activation rows on one tile-major FP8 tile of 16 outputs, with decode_fp8_tile_major's conversion,
-// prefetch and order: each block summed down k from 0, so every row count gives the reference's bits.
-// One tile at a time keeps both halves' R block sums (8 at most), a weight vector and the R broadcasts in the 16
-// registers; the 2R chains cover the FMA latency. (It replaced the lanes path for these rows: bench_linear
-// --threads=2, avx2, this Xeon, alternated 2x: wq_b_fp8_tiled rows:2 3.71-3.73 -> 2.00-2.04 ms, rows:3 4.23-4.36 ->
-// 2.68-2.77, rows:4 4.41-4.60 -> 2.82-2.86; wo_b rows:4 4.24-4.81 -> 3.01-3.07.) Returns the largest magnitude code
-// seen where the weight may hold NaN codes, as decode_fp8_tile_major does.
-template <int R>
+// R = 2..4 activation rows on NT tile-major FP8 tiles of 16 outputs from `tile`, with decode_fp8_tile_major's
+// conversion, prefetch and order: each block summed down k from 0, so every row count gives the reference's bits.
+// Both halves' R block sums of the NT tiles (2 NT R, 12 at most: see decode_fp8_tile_major_rows_range), a weight
+// vector and the R broadcasts stay in the 16 registers; the chains cover the FMA latency. (It replaced the lanes path
+// for these rows: bench_linear --threads=2, avx2, this Xeon, alternated 2x: wq_b_fp8_tiled rows:2 3.71-3.73 ->
+// 2.00-2.04 ms, rows:3 4.23-4.36 -> 2.68-2.77, rows:4 4.41-4.60 -> 2.82-2.86; wo_b rows:4 4.24-4.81 -> 3.01-3.07.)
+// Returns the largest magnitude code seen where the weight may hold NaN codes, as decode_fp8_tile_major does.
+template <int R, int NT>
 uint8_t decode_fp8_tile_major_rows(const GemmArgs& g, int64_t tile) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
   const __m256 unscale = _mm256_set1_ps(256.0f);
   const int64_t block_bytes = 32 * kTileMajorOutputs;
   const int64_t o0 = tile * kTileMajorOutputs;
+  const int64_t tile_bytes = kTileMajorOutputs * g.in;
   const uint8_t* tile_codes = g.w + o0 * g.in;
   __m256i nan_seen = _mm256_setzero_si256();
-  alignas(32) float y[R][2][kTile] = {};  // [row][outputs 0-7, 8-15], in memory: the registers hold the sums
+  alignas(32) float y[R][NT][2][kTile] = {};  // [row][tile][outputs 0-7, 8-15], in memory: the sums take the registers
   for (int64_t b = 0; b < g.kb; ++b) {
-    __m256 acc[2][R];
-    for (int h = 0; h < 2; ++h)
-      for (int r = 0; r < R; ++r) acc[h][r] = _mm256_setzero_ps();
+    __m256 acc[NT][2][R];
+    for (int u = 0; u < NT; ++u)
+      for (int h = 0; h < 2; ++h)
+        for (int r = 0; r < R; ++r) acc[u][h][r] = _mm256_setzero_ps();
     for (int v = 0; v < 8; ++v) {
-      const uint8_t* vector = tile_codes + b * block_bytes + kTileMajorVectorBytes * v;
-      _mm_prefetch(reinterpret_cast<const char*>(vector + kTileMajorPrefetchBytes), _MM_HINT_T0);
-      if (g.may_hold_nan)
-        for (int h = 0; h < 2; ++h) {
-          const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vector + 32 * h));
-          nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(codes, magnitude_bits));
-        }
-      alignas(32) uint16_t fp16[2][2][16];  // [half][k % 2][16]
-      fp8_tile_major_fp16(vector, fp16[0]);
-      fp8_tile_major_fp16(vector + 32, fp16[1]);
+      alignas(32) uint16_t fp16[NT][2][2][16];  // [tile][half][k % 2][16]
+      for (int u = 0; u < NT; ++u) {
+        const uint8_t* vector = tile_codes + u * tile_bytes + b * block_bytes + kTileMajorVectorBytes * v;
+        _mm_prefetch(reinterpret_cast<const char*>(vector + kTileMajorPrefetchBytes), _MM_HINT_T0);
+        if (g.may_hold_nan)
+          for (int h = 0; h < 2; ++h) {
+            const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vector + 32 * h));
+            nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(codes, magnitude_bits));
+          }
+        fp8_tile_major_fp16(vector, fp16[u][0]);
+        fp8_tile_major_fp16(vector + 32, fp16[u][1]);
+      }
       for (int e = 0; e < 4; ++e) {
         __m256 x[R];
         for (int r = 0; r < R; ++r) x[r] = _mm256_broadcast_ss(g.act + r * g.in + 32 * b + 4 * v + e);
-        for (int h = 0; h < 2; ++h) {
-          const __m256 w = fp8_tile_major_value(fp16[h], e);
-          for (int r = 0; r < R; ++r) acc[h][r] = _mm256_fmadd_ps(w, x[r], acc[h][r]);
-        }
+        for (int u = 0; u < NT; ++u)
+          for (int h = 0; h < 2; ++h) {
+            const __m256 w = fp8_tile_major_value(fp16[u][h], e);
+            for (int r = 0; r < R; ++r) acc[u][h][r] = _mm256_fmadd_ps(w, x[r], acc[u][h][r]);
+          }
       }
     }
-    const __m256 w_scale = _mm256_set1_ps(dt.e8m0_f32[g.w_scales[(o0 / 32) * g.kb + b]]);
-    for (int r = 0; r < R; ++r) {
-      const __m256 sa = _mm256_set1_ps(dt.e8m0_f32[g.act_scales[r * g.kb + b]]);
-      for (int h = 0; h < 2; ++h)
-        _mm256_store_ps(y[r][h], _mm256_add_ps(_mm256_load_ps(y[r][h]), _mm256_mul_ps(_mm256_mul_ps(
-                                                   _mm256_mul_ps(acc[h][r], unscale), sa), w_scale)));
+    for (int u = 0; u < NT; ++u) {
+      const __m256 w_scale = _mm256_set1_ps(dt.e8m0_f32[g.w_scales[((o0 + u * kTileMajorOutputs) / 32) * g.kb + b]]);
+      for (int r = 0; r < R; ++r) {
+        const __m256 sa = _mm256_set1_ps(dt.e8m0_f32[g.act_scales[r * g.kb + b]]);
+        for (int h = 0; h < 2; ++h)
+          _mm256_store_ps(y[r][u][h], _mm256_add_ps(_mm256_load_ps(y[r][u][h]), _mm256_mul_ps(_mm256_mul_ps(
+                                                        _mm256_mul_ps(acc[u][h][r], unscale), sa), w_scale)));
+      }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(g.y + r * g.out + o0 + kTile * h, _mm256_load_ps(y[r][h]));
+    for (int u = 0; u < NT; ++u)
+      for (int h = 0; h < 2; ++h)
+        _mm256_storeu_ps(g.y + r * g.out + o0 + u * kTileMajorOutputs + kTile * h, _mm256_load_ps(y[r][u][h]));
   alignas(32) uint8_t seen[32];
   _mm256_store_si256(reinterpret_cast<__m256i*>(seen), nan_seen);
   return *std::max_element(seen, seen + 32);
+}
+
+// decode_fp8_tile_major_rows over tiles [tile_begin, tile_end): two tiles at a time for 2-3 rows (two streams per
+// thread), one at a time for 4 (16 sums would not fit the registers). (bench_linear --threads=2, avx2, this Xeon,
+// one tile against two, alternated 2x: wo_b_fp8_tiled rows:2 2.01-2.20 -> 1.78-1.84 ms, rows:3 2.66-2.96 ->
+// 2.37-2.45, wo_a rows:2 0.225-0.228 -> 0.193-0.203, wq_b rows:3 2.60-2.82 -> 2.55-2.67, wq_b rows:2 2.00-2.34
+// against 2.02-2.11; rows:4 2.96-3.13 against 3.14-4.01.)
+template <int R>
+uint8_t decode_fp8_tile_major_rows_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
+  constexpr int kTilesAtOnce = R < 4 ? 2 : 1;
+  uint8_t largest = 0;
+  int64_t tile = tile_begin;
+  for (; tile + kTilesAtOnce <= tile_end; tile += kTilesAtOnce)
+    largest = std::max(largest, decode_fp8_tile_major_rows<R, kTilesAtOnce>(g, tile));
+  for (; tile < tile_end; ++tile) largest = std::max(largest, decode_fp8_tile_major_rows<R, 1>(g, tile));
+  return largest;
 }
 
 // How far ahead of each tile's stream the tile-major MXFP4 decode prefetches (one line per tile and vector).
@@ -680,12 +705,10 @@ void run_decode_tile_major(const GemmArgs& g, ThreadPool* pool) {
       if (g.rows == 1) {
         largest = decode_fp8_tile_major_range(g, begin, end);
       } else {
-        for (int64_t tile = begin; tile < end; ++tile) {
-          switch (g.rows) {
-            case 2: largest = std::max(largest, decode_fp8_tile_major_rows<2>(g, tile)); break;
-            case 3: largest = std::max(largest, decode_fp8_tile_major_rows<3>(g, tile)); break;
-            default: largest = std::max(largest, decode_fp8_tile_major_rows<4>(g, tile)); break;
-          }
+        switch (g.rows) {
+          case 2: largest = decode_fp8_tile_major_rows_range<2>(g, begin, end); break;
+          case 3: largest = decode_fp8_tile_major_rows_range<3>(g, begin, end); break;
+          default: largest = decode_fp8_tile_major_rows_range<4>(g, begin, end); break;
         }
       }
       const int64_t tiles_per_tile = kTileMajorOutputs / kTile;
