@@ -20,7 +20,9 @@
 //                         top-k (+ candidate pool), sparse attention (row gathers + kernel), linear layers (every
 //                         matmul, with its activation quantisation), other (norms, mHC, rope, routing, Engram,
 //                         compressor arithmetic);
-//   peak RSS              getrusage maximum resident set; bench wall time: the whole run, load included.
+//   peak RSS              getrusage maximum resident set, and the tile-major weight copies in it
+//                         (ModelInfo::tile_major_bytes; the DSpark stages' only with --speculative); bench wall time:
+//                         the whole run, load included.
 // Every decode figure runs over a synthetic context (GenerationRequest::bench_synthetic_context: the KV of the first
 // depth - n - 3 positions is valid random state written at admission, kv/synthetic_context.h), so a million-token
 // depth costs a fill of its KV, not its prefill; one prompt token is prefilled and the first decode step is a
@@ -285,6 +287,7 @@ int run_bench(const BenchOptions& o) {
   lo.max_running = static_cast<int>(std::max<int64_t>(1, *std::max_element(o.batches.begin(), o.batches.end())));
   lo.profile_steps = true;
   lo.prefix_cache = o.prefix_cache;
+  lo.dspark = o.speculative > 0;
   auto engine = Engine::load(o.model_dir, lo);
   if (!engine.ok()) {
     std::cerr << "dsflash bench: " << engine.error().message << "\n";
@@ -749,7 +752,9 @@ int run_bench(const BenchOptions& o) {
   }
   const int64_t rss = peak_rss_bytes();
   j["peak_rss_bytes"] = rss;
-  rows.push_back({"peak RSS", std::to_string(rss / (1 << 20)) + " MiB"});
+  j["tile_major_bytes"] = info.tile_major_bytes;
+  rows.push_back({"peak RSS", std::to_string(rss / (1 << 20)) + " MiB (of which the load-time weight copies " +
+                                  std::to_string(info.tile_major_bytes >> 20) + " MiB)"});
   const double wall = seconds_since(run_start);
   j["wall_s"] = wall;
   {

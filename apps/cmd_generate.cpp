@@ -72,6 +72,7 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     load.backend = options->backend;
     load.num_threads = options->threads;
     load.lock_weights = options->mlock;
+    load.dspark = options->speculative > 0;  // the stages' weights only where they draft
     auto engine = Engine::load(options->model_dir, load);
     if (!engine.ok()) return fail(engine.error().message);
     GenerationRequest request;

@@ -123,6 +123,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     load.backend = options->backend;
     load.num_threads = options->threads;
     load.lock_weights = options->mlock;
+    load.dspark = options->speculative > 0;  // the stages' weights only where they draft
     // One chunk for the whole prompt (the rows do not depend on it; one chunk is the official call shape).
     load.prefill_tokens_per_step = std::max<int64_t>(load.prefill_tokens_per_step, static_cast<int64_t>(prompt->size()));
     auto engine = Engine::load(options->model_dir, load);

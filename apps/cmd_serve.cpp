@@ -76,6 +76,7 @@ int run_serve(ServeOptions o) {
   load.backend = o.backend;
   load.num_threads = o.threads;
   load.lock_weights = o.mlock;
+  load.dspark = o.server.speculative > 0;  // every request speculates with it, or none does
   load.max_running = static_cast<int>(o.max_batch);
   load.max_requests = static_cast<int>(o.max_queue);
   load.kv_budget_bytes = o.kv_mib << 20;

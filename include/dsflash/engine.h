@@ -46,6 +46,11 @@ struct LoadOptions {
   // Copy the FP8/MXFP4 weights into tile-major order at load when the kernels prefer it (results within the
   // kernels' reordering bound, a faster decode); the originals' file pages are given back (the files never change).
   bool tile_major_weights = true;
+  // Load the model's DSpark draft stages (mtp.*), which GenerationRequest::speculative drafts with. false: their
+  // weights are never bound, read or copied (V4.1-Flash's three stages hold ~7 GB of MXFP4 experts, all of it
+  // resident once copied into tile-major order), ModelInfo::dspark_block_size is 0 and speculative requests are
+  // refused. The CLIs load them only with --speculative.
+  bool dspark = true;
   int64_t kv_budget_bytes = int64_t{1} << 30;  // KV cache of all running requests (global pages + fixed state)
   int64_t kv_block_tokens = 64;            // positions per global-KV block
   int max_running = 16;                    // requests prefilling or decoding at once (decode batch bound)
@@ -202,6 +207,7 @@ struct ModelInfo {
   int64_t decode_routed_bytes = 0;   // of which routed experts' (top-k per layer; StepRecord::routed_expert_bytes)
   std::string kernels;               // linear kernel table in use ("reference", "avx2", ...)
   int64_t tile_major_linears = 0;    // FP8/MXFP4 linears rewritten in tile-major order at load
+  int64_t tile_major_bytes = 0;      // their copies (resident: the originals' file pages were given back)
   int num_threads = 1;
   bool has_tokenizer = false;
   // KV cache
@@ -210,7 +216,9 @@ struct ModelInfo {
   double global_kv_bytes_per_token = 0.0;   // the layout's formula
   int64_t fixed_kv_bytes_per_sequence = 0;  // window rings + compressor tails + Engram history
   int64_t max_request_positions = 0;        // prompt + max_tokens a single request may reach
-  int dspark_block_size = 0;                // DSpark draft block (0: the model cannot speculate)
+  // DSpark draft block (0: requests cannot speculate: the model has no DSpark stages, or LoadOptions::dspark was
+  // false).
+  int dspark_block_size = 0;
   // Weight elements one token's matmuls use (io/model_stats.h): CED prefill per prompt token (encoder + the
   // decoder start's global-KV path), and a decode token (every layer + the head).
   int64_t activated_params_prefill = 0;

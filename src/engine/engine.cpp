@@ -121,7 +121,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   }
   report("prefix cache", 0.97);
 
-  if (impl->runner->config().dspark_stages() > 0) {
+  if (options.dspark && impl->runner->config().dspark_stages() > 0) {
     auto dspark = DSpark::bind(impl->runner->checkpoint(), impl->runner->weights());
     if (!dspark.ok()) return load_error(dspark.status().message());
     impl->dspark = std::move(*dspark);
@@ -172,6 +172,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   info.decode_routed_bytes = impl->runner->weights().decode_routed_bytes();
   info.kernels = impl->runner->context().backend->name;
   info.tile_major_linears = impl->runner->tile_major_linears();
+  info.tile_major_bytes = static_cast<int64_t>(impl->runner->weights().tile_major_weights().size()) +
+                          (impl->dspark ? static_cast<int64_t>(impl->dspark->tile_major_weights().size()) : 0);
   // (Only tile-major MXFP4 weights take the tile unit.)
   info.fp4_amx_min_rows = info.tile_major_linears > 0 ? impl->runner->context().backend->fp4_amx_min_rows : 0;
   info.num_threads = impl->runner->context().pool != nullptr ? impl->runner->context().pool->num_threads() : 1;
@@ -311,7 +313,10 @@ Expected<engine::Request> Engine::Impl::validate(const GenerationRequest& reques
   out.follow = request.follow_ids;
   if (request.speculative < 0) return invalid("speculative must be >= 0, got " + std::to_string(request.speculative));
   if (request.speculative > 0 && info.dspark_block_size == 0) {
-    return invalid("speculative decoding needs the model's DSpark stages (mtp.*), and this model has none");
+    return invalid(runner->config().dspark_stages() > 0
+                       ? "speculative decoding needs the model's DSpark stages (mtp.*), and this engine was loaded "
+                         "without them (LoadOptions::dspark false)"
+                       : "speculative decoding needs the model's DSpark stages (mtp.*), and this model has none");
   }
   if (request.speculative > 0 && !request.follow_ids.empty()) {
     return invalid("speculative decoding cannot be combined with follow ids (teacher forcing)");

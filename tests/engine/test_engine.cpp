@@ -352,6 +352,32 @@ TEST_F(EngineTest, InfoSaysFromHowManyRowsMxfp4GemmsRunOnTiles) {
   }
 }
 
+// LoadOptions::dspark false: the DSpark stages are not loaded (no tile-major copy of theirs), requests cannot
+// speculate and are told why; plain requests give the same ids as with the stages loaded.
+TEST_F(EngineTest, WithoutTheDSparkStagesNothingOfThemIsCopiedAndSpeculationIsRefused) {
+  auto with = load();
+  ASSERT_NE(with, nullptr);
+  ASSERT_GT(with->info().dspark_block_size, 0);  // tiny-a has DSpark stages
+  LoadOptions options;
+  options.dspark = false;
+  auto without = load(options);
+  ASSERT_NE(without, nullptr);
+  EXPECT_EQ(without->info().dspark_block_size, 0);
+  EXPECT_EQ(without->info().tile_major_linears, with->info().tile_major_linears);  // the main layers' alone
+  EXPECT_GT(without->info().tile_major_bytes, 0);
+  EXPECT_LT(without->info().tile_major_bytes, with->info().tile_major_bytes);
+  GenerationRequest speculating = greedy(slice(0, 20), 4);
+  speculating.speculative = 2;
+  auto refused = without->submit(speculating);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidRequest);
+  EXPECT_NE(refused.error().message.find("loaded without them"), std::string::npos) << refused.error().message;
+  auto a = with->generate(greedy(slice(0, 20), 4));
+  auto b = without->generate(greedy(slice(0, 20), 4));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->tokens, b->tokens);
+}
+
 TEST_F(EngineTest, BadRequestsGiveTypedErrors) {
   auto engine = load();
   ASSERT_NE(engine, nullptr);
