@@ -141,18 +141,30 @@ const Backend* avx2_backend() {
   return &backend;
 }
 
+// A SIMD table of AVX-512 linears with the AVX-512 kernels of the other entries (none needs AVX512-BF16: sparse
+// attention checks for it itself).
+template <LinearTable kTable>
+Backend avx512_class_backend(const char* name) {
+  Backend b = simd_backend<kTable>(name);
+  if (IndexScoreRowsKernel exact = index_scores_rows_vnni()) b.index_scores_rows = exact;
+  if (hc_mix_dots_avx512() != nullptr) b.hc_mixes = hc_mixes_avx512;
+  if (const KvDequantKernels* kv = avx512_kv_dequant()) {
+    b.dequant_window_row = kv->window_row;
+    b.dequant_compressed_row = kv->compressed_row;
+  }
+  return b;
+}
+
 const Backend* avx512_backend() {
   if (linear_impl::avx512_kernels() == nullptr) return nullptr;
-  static const Backend backend = [] {
-    Backend b = simd_backend<linear_impl::avx512_kernels>("avx512");
-    if (IndexScoreRowsKernel exact = index_scores_rows_vnni()) b.index_scores_rows = exact;
-    if (hc_mix_dots_avx512() != nullptr) b.hc_mixes = hc_mixes_avx512;
-    if (const KvDequantKernels* kv = avx512_kv_dequant()) {
-      b.dequant_window_row = kv->window_row;
-      b.dequant_compressed_row = kv->compressed_row;
-    }
-    return b;
-  }();
+  static const Backend backend = avx512_class_backend<linear_impl::avx512_kernels>("avx512");
+  return &backend;
+}
+
+// The AVX-512 table without vdpbf16ps or AMX (linear_impl::avx512_no_bf16).
+const Backend* avx512_no_bf16_backend() {
+  if (linear_impl::avx512_no_bf16::kernels() == nullptr) return nullptr;
+  static const Backend backend = avx512_class_backend<linear_impl::avx512_no_bf16::kernels>("avx512-no-bf16");
   return &backend;
 }
 
@@ -208,6 +220,7 @@ std::vector<const Backend*> available_backends() {
   std::vector<const Backend*> all;
   if (const Backend* b = avx512_backend()) all.push_back(b);
   if (const Backend* b = amx_backend()) all.push_back(b);
+  if (const Backend* b = avx512_no_bf16_backend()) all.push_back(b);  // the default without AVX512-BF16
   if (const Backend* b = avx2_backend()) all.push_back(b);
   all.push_back(&reference_backend());
   return all;

@@ -30,6 +30,9 @@
 // rows' pass on AMX tiles (linear_amx.cpp) instead of rows_chunk, the tile unit forming only the blocks whose sums
 // are exact in any order (exact_fp4_blocks), so their bits stay the chain's. The "amx" table (amx_kernels(), at the
 // end) runs this file's FP8 GEMM that way for every row count, with the tile unit's in-block order.
+// Compiled a second time without AVX512-BF16 (DSFLASH_AVX512_NO_BF16, linear_avx512_impl.h): the "avx512-no-bf16"
+// table, the FMA paths of "avx512fma" for every row count (on tile-major weights the same bits as "avx512", since
+// the FMAs take vdpbf16ps's order), the multi-row path for row-major weights, no AMX.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -40,7 +43,7 @@
 #include "kernels/linear_tables.h"
 #include "kernels/peak_probe.h"
 
-namespace dsflash::linear_impl {
+namespace DSFLASH_AVX512_NAMESPACE {
 
 const Avx512Tables& avx512_tables() {
   static const Avx512Tables tables = [] {
@@ -219,6 +222,7 @@ DSFLASH_AVX512 void rows_chunk(const TileScratch* scratch, int nb, const float (
                                const Act* act, int64_t k, const uint8_t* sa, int64_t kb, float* y, int64_t out,
                                bool first, const __mmask16* masks, const ChunkPrefetch& prefetch) {
   static_assert(std::is_same_v<Act, uint16_t> || std::is_same_v<Act, float>);
+  static_assert(kAvx512Bf16 || std::is_same_v<Act, float>, "vdpbf16ps in the bf16-free copy");
   const float* e8m0 = linear_decode_tables().e8m0_f32;
   // Full tiles use plain loads and stores (masked ones are slow on AMD); only a ragged last tile masks.
   alignas(64) float ybuf[RT][NT][kTile];
@@ -458,7 +462,8 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
             rows_chunk<RT, 1, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks, prefetch);
         };
         auto call = [&]<BlockScales kScales>() DSFLASH_AVX512 {
-          if (g.act_f32 != nullptr) with_act.template operator()<kScales>(g.act_f32 + r * g.in + 32 * b0);
+          if constexpr (!kAvx512Bf16) with_act.template operator()<kScales>(g.act_f32 + r * g.in + 32 * b0);
+          else if (g.act_f32 != nullptr) with_act.template operator()<kScales>(g.act_f32 + r * g.in + 32 * b0);
           else with_act.template operator()<kScales>(g.act + r * g.in + 32 * b0);
         };
         switch (scales) {
@@ -560,11 +565,12 @@ struct NaturalActivations {
 // vdpbf16ps paths instead). MXFP4 needs no such table: its rows take the tiles only where every order gives the
 // same bits (fp4_on_tiles below).
 // multiply: how the multi-row path and the tile-major decode of 2-4 rows multiply (not kAmx; the other decode
-// paths use vdpbf16ps).
+// paths use vdpbf16ps). The bf16-free copy (!kAvx512Bf16) multiplies with FMAs everywhere.
 template <bool kFp4, bool kAmx = false>
 void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
                     bool tile_major, float* y, ThreadPool* pool, RowsMultiply multiply = RowsMultiply::kBf16Dot) {
   static_assert(!(kFp4 && kAmx));
+  static_assert(kAvx512Bf16 || !kAmx);
   if (x.rows <= 0 || out <= 0) return;
   GemmArgs g;
   g.tile_major = tile_major;
@@ -641,22 +647,27 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   // them): always for e4m3 activations (see act_scales_carried_exactly and weight_scales_fold_exactly), and for bf16
   // ones of magnitude 0 or >= 2^-100 (every product a multiple of 2^-116: the smallest e4m3 step 2^-9 times a's
   // 2^-107). Asked only where FMAs would run (the check reads every activation).
+  // The bf16-free copy has no vdpbf16ps to match: its FMAs keep subnormal products (the reference's K-order FMAs
+  // do too).
   auto fma_keeps_bits = [&] {
+    if constexpr (!kAvx512Bf16) return true;
     return !kAmx && multiply == RowsMultiply::kFp32Fma &&
            (x.codes != nullptr || bf16_products_stay_normal(x.bf16_values, x.rows * groups * in));
   };
   // MXFP4 rows on AMX tiles in the AVX-512 table: the tile unit forms the blocks whose sums are exact in any order,
   // the bf16 chain the others (GemmArgs::exact_blocks), so every bit is this table's and a row's result still does
   // not depend on the rows it runs with.
-  const bool fp4_on_tiles = kFp4 && tile_major && x.codes != nullptr && groups == 1 &&
-                            x.rows >= kFp4AmxMinRows && amx_usable();
+  bool fp4_on_tiles = false;
+  if constexpr (kAvx512Bf16)
+    fp4_on_tiles = kFp4 && tile_major && x.codes != nullptr && groups == 1 && x.rows >= kFp4AmxMinRows && amx_usable();
   if (!kAmx && !fp4_on_tiles && tile_major && x.rows <= tiled_passes_max_rows(kFp4)) {
     // Decode and small batches on tile-major weights: pairs decoded in registers, once for every row of a pass
     // (up to kTiledDecodeMaxRows rows; more rows take several passes over each group of tiles, which beats
     // converting the weight into the multi-row path's scratch up to tiled_passes_max_rows).
-    // One row stays on vdpbf16ps: measured (bench_linear, w1 / w2 tiled, 2 threads) the MXFP4 FMA recipe was
-    // 5-10% slower there and ~1.3x faster at 4 rows.
-    const bool fma = x.rows >= 2 && fma_keeps_bits();
+    // One row stays on vdpbf16ps where there is one: measured (bench_linear, w1 / w2 tiled, 2 threads) the MXFP4
+    // FMA recipe was 5-10% slower there and ~1.3x faster at 4 rows (MXFP4 blocks now mostly take the integers; FP8
+    // with FMAs is as fast as the chain at one row, see tiled_decode).
+    const bool fma = (x.rows >= 2 || !kAvx512Bf16) && fma_keeps_bits();
     const NaturalActivations natural = natural_activations(false);  // (sets the activation scales too)
     if (kFp4 && x.codes != nullptr) {
       // MXFP4: through integers wherever that is exact (prepare_exact_fp4_rows), the bf16 chain elsewhere.
@@ -694,31 +705,35 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     scatter();
     return;
   }
-  if (!kAmx && kFp4 && x.rows <= kFp4DecodeMaxRows) {
-    // MXFP4 with few rows (decode, or the few tokens an expert gets in batched decode): one conversion
-    // in registers serves every row.
-    const int64_t groups = (in + 127) / 128;
-    const std::span<uint16_t> natural = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in] bf16
-    const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * groups * 128));
-    natural_activations(false).prepare(natural.data(), 0, x.rows);
-    for (int64_t r = 0; r < x.rows; ++r)
-      fp4_decode_activation_order(natural.data() + r * in, in, act.data() + r * groups * 128);
-    g.act = act.data();
-    switch (x.rows) {
-      case 1: run_tiles(fp4_decode_tiles<1>); break;
-      case 2: run_tiles(fp4_decode_tiles<2>); break;
-      case 3: run_tiles(fp4_decode_tiles<3>); break;
-      default: run_tiles(fp4_decode_tiles<4>); break;
+  // The decode paths on row-major weights (linear_avx512_row_major.cpp; vdpbf16ps: not in the bf16-free copy,
+  // whose rows take the multi-row path).
+  if constexpr (kAvx512Bf16 && !kAmx) {
+    if (kFp4 && x.rows <= kFp4DecodeMaxRows) {
+      // MXFP4 with few rows (decode, or the few tokens an expert gets in batched decode): one conversion
+      // in registers serves every row.
+      const int64_t groups = (in + 127) / 128;
+      const std::span<uint16_t> natural = scratch.take<uint16_t>(static_cast<size_t>(x.rows * in));  // [rows, in]
+      const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(x.rows * groups * 128));
+      natural_activations(false).prepare(natural.data(), 0, x.rows);
+      for (int64_t r = 0; r < x.rows; ++r)
+        fp4_decode_activation_order(natural.data() + r * in, in, act.data() + r * groups * 128);
+      g.act = act.data();
+      switch (x.rows) {
+        case 1: run_tiles(fp4_decode_tiles<1>); break;
+        case 2: run_tiles(fp4_decode_tiles<2>); break;
+        case 3: run_tiles(fp4_decode_tiles<3>); break;
+        default: run_tiles(fp4_decode_tiles<4>); break;
+      }
+      return;
     }
-    return;
-  }
-  if (!kAmx && !kFp4 && x.rows == 1 && x.codes != nullptr) {
-    // FP8 decode: block-pair lane order, converted and multiplied in registers.
-    const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(g.npairs * 64));  // block-pair order
-    prepare_activation_pairs(*x.codes, g.npairs, act.data());
-    g.act = act.data();
-    run_tiles(fp8_decode_tiles);
-    return;
+    if (!kFp4 && x.rows == 1 && x.codes != nullptr) {
+      // FP8 decode: block-pair lane order, converted and multiplied in registers.
+      const std::span<uint16_t> act = scratch.take<uint16_t>(static_cast<size_t>(g.npairs * 64));  // block-pair order
+      prepare_activation_pairs(*x.codes, g.npairs, act.data());
+      g.act = act.data();
+      run_tiles(fp8_decode_tiles);
+      return;
+    }
   }
   // Several rows: plain bf16 activations [rows, in], converted weight tiles shared by all rows; for AMX, zero rows
   // past the end that its 16-row tile loads may read. Multiplied by fp32 FMAs, the rows are fp32 (the bf16 ones
@@ -758,7 +773,8 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   // The tiles per pass: on AMX, 8 once the tile loads of the activations outweigh the scratch's cache misses.
   auto rows_pass = [&](const GemmArgs& part, int64_t tile_begin, int64_t tile_end) {
     for_groups(part, tile_begin, tile_end, [amx_rows](const GemmArgs& a, int64_t begin, int64_t end) {
-      if (!amx_rows) gemm_tiles_rows<kFp4, false>(a, begin, end);
+      if constexpr (!kAvx512Bf16) gemm_tiles_rows<kFp4, false>(a, begin, end);
+      else if (!amx_rows) gemm_tiles_rows<kFp4, false>(a, begin, end);
       else if (a.rows >= kAmxWideRows) gemm_tiles_rows<kFp4, true, kAmxTilesPerPass>(a, begin, end);
       else gemm_tiles_rows<kFp4, true>(a, begin, end);
     });
@@ -826,10 +842,12 @@ void fp8_as_bf16_grouped_gemm_avx512(const float* x, int64_t rows, int64_t group
   run_block_gemm<false>(activations, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool, kMultiply);
 }
 
+#if !DSFLASH_AVX512_NO_BF16
 void fp8_gemm_amx(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
   run_block_gemm<false, true>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.codes, w.scales, w.out, w.in,
                               w.tile_major, y, pool);
 }
+#endif
 
 // The AVX-512 table multiplying many rows with kMultiply, its GEMMs' limit `peak`.
 template <RowsMultiply kMultiply>
@@ -842,11 +860,20 @@ LinearKernels avx512_table(const char* name, PeakOps peak) {
           fp8_as_bf16_gemm_avx512<kMultiply>,
           peak,
           fp8_as_bf16_grouped_gemm_avx512<kMultiply>,
-          amx_usable() ? kFp4AmxMinRows : 0};
+          kAvx512Bf16 && amx_usable() ? kFp4AmxMinRows : 0};
 }
 
 }  // namespace
 
+#if DSFLASH_AVX512_NO_BF16
+const LinearKernels* kernels() {
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                                __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni");
+  static const LinearKernels table = avx512_table<RowsMultiply::kFp32Fma>("avx512-no-bf16", PeakOps::kFp32Fma);
+  return supported ? &table : nullptr;
+}
+#else
 const LinearKernels* avx512_kernels_multiplying(RowsMultiply multiply) {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -892,5 +919,6 @@ const LinearKernels* amx_kernels() {
   }();
   return &kernels;
 }
+#endif
 
-}  // namespace dsflash::linear_impl
+}  // namespace DSFLASH_AVX512_NAMESPACE

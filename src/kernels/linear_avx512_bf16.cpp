@@ -12,6 +12,7 @@
 // Both run tiles of 4 outputs x up to 4 rows (16 accumulators) over the whole K, one horizontal sum per
 // output at the end, and walk the rows in blocks whose activations stay in L2 while a thread's groups of
 // outputs pass over them.
+// The bf16-free copy (DSFLASH_AVX512_NO_BF16, linear_avx512_impl.h) takes the fp32 path for every activation.
 // GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -Wmaybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -19,11 +20,10 @@
 #include <algorithm>
 
 #include "core/thread_pool.h"
+#include "kernels/linear_avx512_impl.h"
 #include "kernels/linear_impl.h"
 
-#define DSFLASH_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-
-namespace dsflash::linear_impl {
+namespace DSFLASH_AVX512_NAMESPACE {
 
 namespace {
 
@@ -39,11 +39,11 @@ int64_t rows_per_block(int64_t row_bytes) {
 
 }  // namespace
 
-DSFLASH_AVX512_BF16 bool bf16_exact_avx512(const float* x, int64_t n) {
+DSFLASH_AVX512 bool bf16_exact_avx512(const float* x, int64_t n) {
   const __m512i low = _mm512_set1_epi32(0xffff), magnitude = _mm512_set1_epi32(0x7fffffff);
   const __m512i min_normal = _mm512_set1_epi32(0x00800000);
   int64_t i = 0;
-  auto bad = [&](__m512i bits) DSFLASH_AVX512_BF16 {
+  auto bad = [&](__m512i bits) DSFLASH_AVX512 {
     const __m512i a = _mm512_and_si512(bits, magnitude);
     const __mmask16 subnormal = _mm512_mask_cmplt_epi32_mask(_mm512_test_epi32_mask(a, a), a, min_normal);
     return _mm512_test_epi32_mask(bits, low) != 0 || subnormal != 0;
@@ -57,8 +57,8 @@ DSFLASH_AVX512_BF16 bool bf16_exact_avx512(const float* x, int64_t n) {
   return true;
 }
 
-DSFLASH_AVX512_BF16 void narrow_bf16_rows_avx512(const float* x, int64_t x_stride, int64_t k, int64_t k_pad,
-                                                 uint16_t* out, int64_t r0, int64_t r1) {
+DSFLASH_AVX512 void narrow_bf16_rows_avx512(const float* x, int64_t x_stride, int64_t k, int64_t k_pad,
+                                            uint16_t* out, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const float* src = x + r * x_stride;
     uint16_t* dst = out + r * k_pad;
@@ -87,8 +87,8 @@ inline void prefetch_ahead(const uint16_t* const* rows, const uint16_t* next, in
 // bf16 path tile: outputs o[0..3] (the last repeated past n_out) x RT rows of xb [rows, k_pad] bf16.
 // Accumulators stay in registers: no lambda or pointer may capture them (__m512 aliases float).
 template <int RT>
-DSFLASH_AVX512_BF16 void dot_tile(const uint16_t* xb, int64_t k_pad, const uint16_t* w, int64_t k, const int64_t* o,
-                                  int n_out, int64_t out, float* y, const uint16_t* next) {
+DSFLASH_AVX512 void dot_tile(const uint16_t* xb, int64_t k_pad, const uint16_t* w, int64_t k, const int64_t* o,
+                             int n_out, int64_t out, float* y, const uint16_t* next) {
   const uint16_t* rows[4];
   for (int j = 0; j < 4; ++j) rows[j] = w + o[j] * k;
   __m512 acc[RT][4];
@@ -123,8 +123,8 @@ DSFLASH_AVX512_BF16 void dot_tile(const uint16_t* xb, int64_t k_pad, const uint1
 // fp32 path tile: fp32 FMAs, 16 lanes per (row, output), weights widened once per tile step. The prefetches
 // sit in the span loop, whose body uses plain loads only, so that GCC keeps the accumulators in registers.
 template <int RT>
-DSFLASH_AVX512_BF16 void fma_tile(const float* x, int64_t k, const uint16_t* w, const int64_t* o, int n_out,
-                                  int64_t out, float* y, const uint16_t* next) {
+DSFLASH_AVX512 void fma_tile(const float* x, int64_t k, const uint16_t* w, const int64_t* o, int n_out,
+                             int64_t out, float* y, const uint16_t* next) {
   const uint16_t* rows[4];
   for (int j = 0; j < 4; ++j) rows[j] = w + o[j] * k;
   __m512 acc[RT][4];
@@ -198,15 +198,16 @@ void run_groups(Rows<T> x, int64_t rows, const Bf16Weight& w, float* y, int64_t 
 
 void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool) {
   if (rows <= 0 || w.out <= 0) return;
-  if (!bf16_exact_avx512(x, rows * w.in)) {
+  if (!kAvx512Bf16 || !bf16_exact_avx512(x, rows * w.in)) {
     run_bf16_gemm(x, rows, w, y, pool, [](const float* xs, int64_t n, const Bf16Weight& wt, float* ys, int64_t g0,
                                           int64_t g1) {
       run_groups(Rows<float>{xs, wt.in}, n, wt, ys, g0, g1,
                  [&]<int RT>(const float* xr, int64_t r, const int64_t* o, int n_out, const uint16_t* next)
-                     DSFLASH_AVX512_BF16 { fma_tile<RT>(xr, wt.in, wt.data, o, n_out, wt.out, ys + r * wt.out, next); });
+                     DSFLASH_AVX512 { fma_tile<RT>(xr, wt.in, wt.data, o, n_out, wt.out, ys + r * wt.out, next); });
     });
     return;
   }
+#if !DSFLASH_AVX512_NO_BF16
   const int64_t k_pad = (w.in + 31) / 32 * 32;
   ThreadScratch scratch(pool);
   const std::span<uint16_t> narrow = scratch.take<uint16_t>(static_cast<size_t>(rows * k_pad));  // [rows, k_pad] bf16
@@ -223,8 +224,9 @@ void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* 
     const uint16_t* xb = base + ((xs - x) / wt.in) * k_pad;
     run_groups(Rows<uint16_t>{xb, k_pad}, n, wt, ys, g0, g1,
                [&]<int RT>(const uint16_t* xr, int64_t r, const int64_t* o, int n_out, const uint16_t* next)
-                   DSFLASH_AVX512_BF16 { dot_tile<RT>(xr, k_pad, wt.data, wt.in, o, n_out, wt.out, ys + r * wt.out, next); });
+                   DSFLASH_AVX512 { dot_tile<RT>(xr, k_pad, wt.data, wt.in, o, n_out, wt.out, ys + r * wt.out, next); });
   });
+#endif
 }
 
-}  // namespace dsflash::linear_impl
+}  // namespace DSFLASH_AVX512_NAMESPACE

@@ -17,10 +17,40 @@
 #include "kernels/linear_impl.h"
 
 // The one target string of the AVX-512 linear files; every function that uses AVX-512 intrinsics carries it.
+// These files are compiled twice. Once as they are: the "avx512" tables (and "amx"), in dsflash::linear_impl.
+// Once with DSFLASH_AVX512_NO_BF16 defined to 1 (linear_avx512_no_bf16*.cpp): the table for AVX-512 CPUs without
+// AVX512-BF16 (Ice Lake-SP, Ice Lake / Tiger Lake / Rocket Lake clients), in linear_impl::avx512_no_bf16, under a
+// target string without avx512bf16. There the compiler itself refuses any bf16 instruction (an intrinsic of a target
+// the function lacks does not compile), so a path that needs one must stay uninstantiated (kAvx512Bf16 below) or
+// the build fails: that copy provably runs on those CPUs. Every multiply there is an fp32 FMA in vdpbf16ps's order,
+// and there are no AMX tiles.
+#if DSFLASH_AVX512_NO_BF16
+#define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vnni")))
+#define DSFLASH_AVX512_NAMESPACE dsflash::linear_impl::avx512_no_bf16
+#else
 #define DSFLASH_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx512vnni")))
+#define DSFLASH_AVX512_NAMESPACE dsflash::linear_impl
+#endif
 
-namespace dsflash::linear_impl {
+namespace DSFLASH_AVX512_NAMESPACE {
+
+// Whether this copy may use vdpbf16ps and AMX tiles (the first compile) or only fp32 FMAs (DSFLASH_AVX512_NO_BF16).
+#if DSFLASH_AVX512_NO_BF16
+constexpr bool kAvx512Bf16 = false;
+#else
+constexpr bool kAvx512Bf16 = true;
+#endif
+
+// Declared in linear_impl.h and defined by these files: declared again in this namespace, so that the bf16-free
+// copy calls its own copies (in the first compile these are the same declarations).
+void prepare_exact_fp4_rows(const uint8_t* codes, int64_t rows, int64_t k, int8_t* pieces, int32_t* biases,
+                            float* units, uint8_t* piece_counts);
+void exact_fp4_blocks(const uint8_t* codes, int64_t k, uint8_t* exact);
+void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
+bool bf16_exact_avx512(const float* x, int64_t n);
+void narrow_bf16_rows_avx512(const float* x, int64_t x_stride, int64_t k, int64_t k_pad, uint16_t* out, int64_t r0,
+                             int64_t r1);
 
 constexpr int kTile = 16;         // outputs per tile: one zmm of fp32 results
 static_assert(kTile == kTileMajorOutputs);
@@ -312,4 +342,4 @@ void fp4_decode_activation_order(const uint16_t* natural, int64_t k, uint16_t* o
 template <int R>
 DSFLASH_AVX512 void fp4_decode_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end);
 
-}  // namespace dsflash::linear_impl
+}  // namespace DSFLASH_AVX512_NAMESPACE

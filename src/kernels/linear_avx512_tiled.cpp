@@ -9,7 +9,7 @@
 #include "kernels/linear_avx512_impl.h"
 #include "kernels/linear_tables.h"
 
-namespace dsflash::linear_impl {
+namespace DSFLASH_AVX512_NAMESPACE {
 
 namespace {
 
@@ -233,10 +233,11 @@ DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* 
 // nibbles, the even elements in the low word and the odd ones in the high word, so the pair q element comes out of
 // vpermps on the dword shifted right by 4q (even) or 16 + 4q (odd): 8 lookups of 16 fp32 weights and 7 shifts per
 // 64 bytes, against 4 vpermw, 3 shifts and 4 vdpbf16ps. Either way the conversion costs more and the multiplies
-// less, which pays from 2 rows on (R = 1 keeps vdpbf16ps, see run_block_gemm). MXFP4 blocks take either only where
-// some row's block cannot take the integers.
+// less, which pays from 2 rows on (R = 1 keeps vdpbf16ps, see run_block_gemm, except in the bf16-free table).
+// MXFP4 blocks take either only where some row's block cannot take the integers.
 template <bool kFp4, int R, int NT, bool kFma = false>
 DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
+  static_assert(kAvx512Bf16 || kFma, "vdpbf16ps in the bf16-free copy");
   constexpr int kVectors = kTiledVectors<kFp4>, kPairs = kTiledPairs<kFp4>;
   constexpr int64_t kBlockBytes = kVectors * kTileMajorVectorBytes;  // one block of a tile
   const float* e8m0 = linear_decode_tables().e8m0_f32;
@@ -357,8 +358,10 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       }
     };
     // Four tiles: one MXFP4 row two blocks at once (4 x 4 partials and the integer sums in registers; four would
-    // spill them), several rows one.
-    constexpr int kBlocksAtOnce = R == 1 ? (kFp4 && NT == 4 ? 2 : 4) : R == 2 && NT < 4 ? 2 : 1;
+    // spill them), several rows one. One FP8 row with FMAs (the bf16-free table) also two: with four, the 16
+    // accumulators, 8 pair vectors and their 8 fp32 halves spilled (bench_linear rows:1, avx512-no-bf16, 2
+    // threads: wq_b 1.29 -> 1.08 ms, wo_b 1.21 -> 1.06-1.07 ms, as fast as the vdpbf16ps chain's 1.08-1.13).
+    constexpr int kBlocksAtOnce = R == 1 ? (kFma || (kFp4 && NT == 4) ? 2 : 4) : R == 2 && NT < 4 ? 2 : 1;
     // The byte pieces block b takes for all R rows (the most any row needs), 0 if a row's block takes the chain.
     auto block_pieces = [&](int64_t b) {
       if (!kFp4 || g.exact_piece_counts == nullptr) return 0;
@@ -430,10 +433,11 @@ DSFLASH_AVX512 void tiled_decode_range(const GemmArgs& g, int64_t tile_begin, in
 
 template <bool kFp4>
 void tiled_decode_rows(const GemmArgs& g, bool fma, int64_t tile_begin, int64_t tile_end) {
-  if (fma) tiled_decode_range<kFp4, true>(g, tile_begin, tile_end);
+  if constexpr (!kAvx512Bf16) tiled_decode_range<kFp4, true>(g, tile_begin, tile_end);  // fma, always
+  else if (fma) tiled_decode_range<kFp4, true>(g, tile_begin, tile_end);
   else tiled_decode_range<kFp4, false>(g, tile_begin, tile_end);
 }
 template void tiled_decode_rows<false>(const GemmArgs&, bool, int64_t, int64_t);
 template void tiled_decode_rows<true>(const GemmArgs&, bool, int64_t, int64_t);
 
-}  // namespace dsflash::linear_impl
+}  // namespace DSFLASH_AVX512_NAMESPACE

@@ -50,6 +50,14 @@ bool amx_usable();
 // accumulator tiles, registers only; returns a value that depends on the results. Only where amx_usable().
 float amx_dot_rounds(int64_t rounds);
 
+// AVX-512 F/BW/VL/DQ + VBMI + VNNI without BF16 (Ice Lake-SP and its client siblings; listed on any CPU with
+// those features): the AVX-512 table compiled without avx512bf16 (linear_avx512_no_bf16.cpp), every multiply an
+// fp32 FMA (in vdpbf16ps's order: the same bits as "avx512" on tile-major weights and e4m3 activations), no AMX.
+// nullptr when absent.
+namespace avx512_no_bf16 {
+const LinearKernels* kernels();
+}
+
 // The AVX-512 BF16 linear (linear_avx512_bf16.cpp): vdpbf16ps when every activation is a bf16 value, fp32 FMAs
 // otherwise. Call only where avx512_kernels() is not nullptr.
 void bf16_gemm_avx512(const float* x, int64_t rows, const Bf16Weight& w, float* y, ThreadPool* pool);
