@@ -47,7 +47,7 @@ struct LoadOptions {
   // kernels' reordering bound, a faster decode); the originals' file pages are given back (the files never change).
   bool tile_major_weights = true;
   // Load the model's DSpark draft stages (mtp.*), which GenerationRequest::speculative drafts with. false: their
-  // weights are never bound, read or copied (V4.1-Flash's three stages hold ~7 GB of MXFP4 experts, all of it
+  // weights are never bound, read or copied (V4.1-Flash's three stages hold 7.2 GB of MXFP4 experts, all of it
   // resident once copied into tile-major order), ModelInfo::dspark_block_size is 0 and speculative requests are
   // refused. The CLIs load them only with --speculative.
   bool dspark = true;
