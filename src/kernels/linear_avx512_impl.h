@@ -18,7 +18,7 @@
 
 // The one target string of the AVX-512 linear files; every function that uses AVX-512 intrinsics carries it.
 // These files are compiled twice. Once as they are: the "avx512" tables (and "amx"), in dsflash::linear_impl.
-// Once with DSFLASH_AVX512_NO_BF16 defined to 1 (linear_avx512_no_bf16*.cpp): the table for AVX-512 CPUs without
+// Once with DSFLASH_AVX512_NO_BF16 defined to 1 (linear_avx512_no_bf16.cpp): the table for AVX-512 CPUs without
 // AVX512-BF16 (Ice Lake-SP, Ice Lake / Tiger Lake / Rocket Lake clients), in linear_impl::avx512_no_bf16, under a
 // target string without avx512bf16. There the compiler itself refuses any bf16 instruction (an intrinsic of a target
 // the function lacks does not compile), so a path that needs one must stay uninstantiated (kAvx512Bf16 below) or
