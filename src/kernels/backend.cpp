@@ -134,18 +134,10 @@ Backend simd_backend(const char* name) {
   };
 }
 
-// nullptr when the CPU lacks the table's features.
-const Backend* avx2_backend() {
-  if (linear_impl::avx2_kernels() == nullptr) return nullptr;
-  static const Backend backend = simd_backend<linear_impl::avx2_kernels>("avx2");
-  return &backend;
-}
-
-// A SIMD table of AVX-512 linears with the AVX-512 kernels of the other entries (none needs AVX512-BF16: sparse
-// attention checks for it itself).
-template <LinearTable kTable>
-Backend avx512_class_backend(const char* name) {
-  Backend b = simd_backend<kTable>(name);
+// The AVX-512 kernels of the entries other than the linears, where the CPU has them (each checks its own
+// features; none needs AVX512-BF16, and sparse attention checks for it itself). Every one gives the bits of the
+// entry it replaces (the oracle's).
+Backend with_avx512_entries(Backend b) {
   if (IndexScoreRowsKernel exact = index_scores_rows_vnni()) b.index_scores_rows = exact;
   if (hc_mix_dots_avx512() != nullptr) b.hc_mixes = hc_mixes_avx512;
   if (const KvDequantKernels* kv = avx512_kv_dequant()) {
@@ -155,16 +147,30 @@ Backend avx512_class_backend(const char* name) {
   return b;
 }
 
+// nullptr when the CPU lacks the table's features. Where it is this CPU's best table though the CPU has AVX-512
+// (Skylake-SP, Cascade Lake: no VBMI for the AVX-512 linears), its other entries are the AVX-512 ones (the VNNI
+// indexer on Cascade Lake); elsewhere (chosen by name) it stays the AVX2 table throughout.
+const Backend* avx2_backend() {
+  if (linear_impl::avx2_kernels() == nullptr) return nullptr;
+  static const Backend backend = [] {
+    const Backend b = simd_backend<linear_impl::avx2_kernels>("avx2");
+    const bool best = linear_impl::avx512_kernels() == nullptr && linear_impl::avx512_no_bf16::kernels() == nullptr;
+    return best ? with_avx512_entries(b) : b;
+  }();
+  return &backend;
+}
+
 const Backend* avx512_backend() {
   if (linear_impl::avx512_kernels() == nullptr) return nullptr;
-  static const Backend backend = avx512_class_backend<linear_impl::avx512_kernels>("avx512");
+  static const Backend backend = with_avx512_entries(simd_backend<linear_impl::avx512_kernels>("avx512"));
   return &backend;
 }
 
 // The AVX-512 table without vdpbf16ps or AMX (linear_impl::avx512_no_bf16).
 const Backend* avx512_no_bf16_backend() {
   if (linear_impl::avx512_no_bf16::kernels() == nullptr) return nullptr;
-  static const Backend backend = avx512_class_backend<linear_impl::avx512_no_bf16::kernels>("avx512-no-bf16");
+  static const Backend backend =
+      with_avx512_entries(simd_backend<linear_impl::avx512_no_bf16::kernels>("avx512-no-bf16"));
   return &backend;
 }
 
