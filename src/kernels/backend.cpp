@@ -148,13 +148,14 @@ Backend with_avx512_entries(Backend b) {
 }
 
 // nullptr when the CPU lacks the table's features. Where it is this CPU's best table though the CPU has AVX-512
-// (Skylake-SP, Cascade Lake: no VBMI for the AVX-512 linears), its other entries are the AVX-512 ones (the VNNI
-// indexer on Cascade Lake); elsewhere (chosen by name) it stays the AVX2 table throughout.
+// (Skylake-SP: no VNNI for the AVX-512 linears), its other entries are the AVX-512 ones; elsewhere (chosen by name)
+// it stays the AVX2 table throughout.
 const Backend* avx2_backend() {
   if (linear_impl::avx2_kernels() == nullptr) return nullptr;
   static const Backend backend = [] {
     const Backend b = simd_backend<linear_impl::avx2_kernels>("avx2");
-    const bool best = linear_impl::avx512_kernels() == nullptr && linear_impl::avx512_no_bf16::kernels() == nullptr;
+    const bool best = linear_impl::avx512_kernels() == nullptr && linear_impl::avx512_no_bf16::kernels() == nullptr &&
+                      linear_impl::avx512_no_vbmi::kernels() == nullptr;
     return best ? with_avx512_entries(b) : b;
   }();
   return &backend;
@@ -171,6 +172,14 @@ const Backend* avx512_no_bf16_backend() {
   if (linear_impl::avx512_no_bf16::kernels() == nullptr) return nullptr;
   static const Backend backend =
       with_avx512_entries(simd_backend<linear_impl::avx512_no_bf16::kernels>("avx512-no-bf16"));
+  return &backend;
+}
+
+// The same without VBMI either (linear_impl::avx512_no_vbmi).
+const Backend* avx512_no_vbmi_backend() {
+  if (linear_impl::avx512_no_vbmi::kernels() == nullptr) return nullptr;
+  static const Backend backend =
+      with_avx512_entries(simd_backend<linear_impl::avx512_no_vbmi::kernels>("avx512-no-vbmi"));
   return &backend;
 }
 
@@ -227,6 +236,7 @@ std::vector<const Backend*> available_backends() {
   if (const Backend* b = avx512_backend()) all.push_back(b);
   if (const Backend* b = amx_backend()) all.push_back(b);
   if (const Backend* b = avx512_no_bf16_backend()) all.push_back(b);  // the default without AVX512-BF16
+  if (const Backend* b = avx512_no_vbmi_backend()) all.push_back(b);  // ... and without VBMI
   if (const Backend* b = avx2_backend()) all.push_back(b);
   all.push_back(&reference_backend());
   return all;

@@ -52,6 +52,7 @@ const Avx512Tables& avx512_tables() {
     for (int c = 0; c < 128; ++c) {
       a.fp8_lo[c] = static_cast<uint8_t>(t.e4m3_bf16[c] & 0xff);
       a.fp8_hi[c] = static_cast<uint8_t>(t.e4m3_bf16[c] >> 8);
+      a.fp8_words[c] = t.e4m3_bf16[c];
     }
     for (int c = 0; c < 32; ++c) a.fp4[c] = t.e2m1_bf16[c % 16];
     for (int c = 0; c < 16; ++c) {
@@ -166,9 +167,14 @@ DSFLASH_AVX512 inline void convert_block_fp4(const uint8_t* base, const int64_t*
 DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* out, int64_t r0, int64_t r1,
                                             bool with_scales) {
   const Avx512Tables& at = avx512_tables();
+#if DSFLASH_AVX512_NO_VBMI
+  __m512i words_tables[4];
+  for (int i = 0; i < 4; ++i) words_tables[i] = _mm512_load_si512(at.fp8_words + 32 * i);
+#else
   const __m512i lo0 = _mm512_load_si512(at.fp8_lo), lo1 = _mm512_load_si512(at.fp8_lo + 64);
   const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
   const __m512i first = _mm512_load_si512(at.interleave[0]), second = _mm512_load_si512(at.interleave[1]);
+#endif
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* codes = x.codes + r * x.k;
     const uint8_t* scales = x.scales + r * (x.k / 32);
@@ -186,6 +192,12 @@ DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* o
       }
       _mm512_storeu_si512(to, words);
     };
+#if DSFLASH_AVX512_NO_VBMI
+    for (int64_t i = 0; i < x.k; i += 32) {  // k % 32 == 0: one block's 32 codes widened to words, looked up
+      const __m512i c = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i)));
+      store_block(dst + i, fp8_words_to_bf16(c, words_tables), i / 32);
+    }
+#else
     for (int64_t i = 0; i < x.k; i += 32) {  // k % 32 == 0; a lone last 32 codes loads half a register
       const bool full = i + 64 <= x.k;
       const __m512i c = full ? _mm512_loadu_si512(codes + i) : _mm512_maskz_loadu_epi8(0xffffffffull, codes + i);
@@ -197,6 +209,7 @@ DSFLASH_AVX512 void prepare_activation_bf16(const Fp8Activations& x, uint16_t* o
       store_block(dst + i + 32, _mm512_permutex2var_epi8(lo, second, hi), i / 32 + 1);
       i += 32;
     }
+#endif
   }
 }
 
@@ -366,7 +379,7 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
       for (int t = 0; t < nt; ++t) {
         if constexpr (kFp4) {
           if (g.tile_major) fp4_tiled_scales(g, tile + t, b0, b0 + nb, sw[t]);
-          else fp4_weight_scales(g, rows_o[t], b0, b0 + nb, sw[t]);
+          else if constexpr (kAvx512Vbmi) fp4_weight_scales(g, rows_o[t], b0, b0 + nb, sw[t]);
         } else {
           const int64_t scale_row = (o0 + t * kTile) / 32;
           for (int b = 0; b < nb; ++b)
@@ -389,27 +402,29 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
             }
           continue;
         }
-        // The rows' bytes of the next chunk (these tiles, or the next pair of the range) are prefetched
-        // while this one converts: 16-32 short row streams defeat the hardware prefetchers.
-        const uint8_t* next[kTile];
-        bool have_next = true;
-        if (b0 + kBlocksPerChunk < g.kb) {
-          for (int i = 0; i < kTile; ++i) next[i] = rows[t][i] + block_offset(b0 + kBlocksPerChunk);
-        } else if (tile + kTiles + t < tile_end) {
-          tile_rows(tile + kTiles + t, next);
-        } else {
-          have_next = false;
-        }
-        // Output i's block b at src + offsets[i] (one pointer to move, not 16).
-        int64_t offsets[kTile];
-        for (int i = 0; i < kTile; ++i) offsets[i] = rows[t][i] - rows[t][0];
-        for (int b = 0; b < nb; ++b) {
-          if (have_next && b % blocks_per_line == 0)
-            for (int i = 0; i < kTile; ++i)
-              _mm_prefetch(reinterpret_cast<const char*>(next[i] + block_offset(b)), _MM_HINT_T0);
-          const uint8_t* src = rows[t][0] + block_offset(b0 + b);
-          if constexpr (kFp4) convert_block_fp4(src, offsets, scratch[t] + 16 * b, fp4_gather, fp4_lo, fp4_hi);
-          else convert_block_fp8(src, offsets, scratch[t] + 16 * b, at, lo0, lo1, hi0, hi1);
+        if constexpr (kAvx512Vbmi) {  // row-major weights (the VBMI-free copy hands them to the avx2 table)
+          // The rows' bytes of the next chunk (these tiles, or the next pair of the range) are prefetched
+          // while this one converts: 16-32 short row streams defeat the hardware prefetchers.
+          const uint8_t* next[kTile];
+          bool have_next = true;
+          if (b0 + kBlocksPerChunk < g.kb) {
+            for (int i = 0; i < kTile; ++i) next[i] = rows[t][i] + block_offset(b0 + kBlocksPerChunk);
+          } else if (tile + kTiles + t < tile_end) {
+            tile_rows(tile + kTiles + t, next);
+          } else {
+            have_next = false;
+          }
+          // Output i's block b at src + offsets[i] (one pointer to move, not 16).
+          int64_t offsets[kTile];
+          for (int i = 0; i < kTile; ++i) offsets[i] = rows[t][i] - rows[t][0];
+          for (int b = 0; b < nb; ++b) {
+            if (have_next && b % blocks_per_line == 0)
+              for (int i = 0; i < kTile; ++i)
+                _mm_prefetch(reinterpret_cast<const char*>(next[i] + block_offset(b)), _MM_HINT_T0);
+            const uint8_t* src = rows[t][0] + block_offset(b0 + b);
+            if constexpr (kFp4) convert_block_fp4(src, offsets, scratch[t] + 16 * b, fp4_gather, fp4_lo, fp4_hi);
+            else convert_block_fp8(src, offsets, scratch[t] + 16 * b, at, lo0, lo1, hi0, hi1);
+          }
         }
       }
       const float(*sws[kTiles])[kTile];
@@ -803,14 +818,18 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   scatter();
 }
 
+// The VBMI-free copy converts tile-major weights only (its byte lookups are vpermt2w / vpshufb on the tile-major
+// vectors); row-major ones, left for shapes the load-time copy does not take, go to the avx2 table.
 template <RowsMultiply kMultiply>
 void fp8_gemm_avx512(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
+  if (!kAvx512Vbmi && !w.tile_major) return avx2_kernels()->fp8_gemm(x, w, y, pool);
   run_block_gemm<false>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.codes, w.scales, w.out, w.in,
                         w.tile_major, y, pool, kMultiply);
 }
 
 template <RowsMultiply kMultiply>
 void fp4_gemm_avx512(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
+  if (!kAvx512Vbmi && !w.tile_major) return avx2_kernels()->fp4_gemm(x, w, y, pool);
   run_block_gemm<true>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.packed, w.scales, w.out, w.in,
                        w.tile_major, y, pool, kMultiply);
 }
@@ -820,7 +839,7 @@ void fp4_gemm_avx512(const Fp8Activations& x, const Fp4Weight& w, float* y, Thre
 template <RowsMultiply kMultiply>
 void fp8_as_bf16_gemm_avx512(const float* x, int64_t rows, const Fp8Weight& w, float* y, ThreadPool* pool) {
   if (rows <= 0) return;
-  if (!bf16_exact_avx512(x, rows * w.in)) {
+  if (!bf16_exact_avx512(x, rows * w.in) || (!kAvx512Vbmi && !w.tile_major)) {
     avx2_kernels()->fp8_as_bf16_gemm(x, rows, w, y, pool);  // every AVX-512 CPU has AVX2, FMA and F16C
     return;
   }
@@ -833,7 +852,7 @@ template <RowsMultiply kMultiply>
 void fp8_as_bf16_grouped_gemm_avx512(const float* x, int64_t rows, int64_t groups, const Fp8Weight& w, float* y,
                                      ThreadPool* pool) {
   if (rows <= 0) return;
-  if (!bf16_exact_avx512(x, rows * groups * w.in)) {
+  if (!bf16_exact_avx512(x, rows * groups * w.in) || (!kAvx512Vbmi && !w.tile_major)) {
     fp8_as_bf16_grouped_gemm(x, rows, groups, w, y, *avx2_kernels(), pool);
     return;
   }
@@ -869,8 +888,10 @@ LinearKernels avx512_table(const char* name, PeakOps peak) {
 const LinearKernels* kernels() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                                __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni");
-  static const LinearKernels table = avx512_table<RowsMultiply::kFp32Fma>("avx512-no-bf16", PeakOps::kFp32Fma);
+                                (!kAvx512Vbmi || __builtin_cpu_supports("avx512vbmi")) &&
+                                __builtin_cpu_supports("avx512vnni");
+  static const LinearKernels table = avx512_table<RowsMultiply::kFp32Fma>(
+      kAvx512Vbmi ? "avx512-no-bf16" : "avx512-no-vbmi", PeakOps::kFp32Fma);
   return supported ? &table : nullptr;
 }
 #else

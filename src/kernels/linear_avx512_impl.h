@@ -24,7 +24,13 @@
 // the function lacks does not compile), so a path that needs one must stay uninstantiated (kAvx512Bf16 below) or
 // the build fails: that copy provably runs on those CPUs. Every multiply there is an fp32 FMA in vdpbf16ps's order,
 // and there are no AMX tiles.
-#if DSFLASH_AVX512_NO_BF16
+// A third compile defines DSFLASH_AVX512_NO_VBMI too (linear_avx512_no_vbmi.cpp): the table for AVX-512 CPUs with
+// VNNI but without VBMI (Cascade Lake), in linear_impl::avx512_no_vbmi, under a target string without avx512vbmi
+// either: its byte lookups take vpermt2w / vpshufb (kAvx512Vbmi below), and its row-major weights the avx2 table.
+#if DSFLASH_AVX512_NO_VBMI
+#define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define DSFLASH_AVX512_NAMESPACE dsflash::linear_impl::avx512_no_vbmi
+#elif DSFLASH_AVX512_NO_BF16
 #define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vnni")))
 #define DSFLASH_AVX512_NAMESPACE dsflash::linear_impl::avx512_no_bf16
 #else
@@ -40,6 +46,13 @@ namespace DSFLASH_AVX512_NAMESPACE {
 constexpr bool kAvx512Bf16 = false;
 #else
 constexpr bool kAvx512Bf16 = true;
+#endif
+// Whether this copy may use VBMI's byte permutes (all but the third compile).
+#if DSFLASH_AVX512_NO_VBMI
+static_assert(DSFLASH_AVX512_NO_BF16, "the VBMI-free copy is bf16-free too");
+constexpr bool kAvx512Vbmi = false;
+#else
+constexpr bool kAvx512Vbmi = true;
 #endif
 
 // Declared in linear_impl.h and defined by these files: declared again in this namespace, so that the bf16-free
@@ -65,6 +78,7 @@ constexpr int kExactFp4WeightBias = 12;
 struct Avx512Tables {
   alignas(64) uint8_t fp8_lo[128];
   alignas(64) uint8_t fp8_hi[128];
+  alignas(64) uint16_t fp8_words[128];  // the same bf16 words, for vpermt2w (no VBMI)
   alignas(64) uint16_t fp4[32];
   alignas(64) float fp4_f32[16];  // the e2m1 values as fp32, for vpermps
   alignas(64) uint8_t fp4_biased[64];  // 2 * e2m1 + kExactFp4WeightBias of code c % 16, for vpermb (one-row decode)
@@ -132,6 +146,17 @@ DSFLASH_AVX512 inline void fp8_to_bf16(__m512i codes, __m512i lo0, __m512i lo1, 
   hi = _mm512_ternarylogic_epi32(hi, codes, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (c & 0x80)
   *w0 = _mm512_unpacklo_epi8(lo, hi);
   *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+// Without VBMI: 32 e4m3 codes, one in the low byte of each word (high byte zero), -> their bf16 words, from the
+// magnitudes' words (tables: fp8_words in 4 vectors of 32) by two vpermt2w (64 entries each), the sign ORed in.
+DSFLASH_AVX512 inline __m512i fp8_words_to_bf16(__m512i codes, const __m512i* tables) {
+  const __m512i magnitude = _mm512_and_si512(codes, _mm512_set1_epi16(0x7f));
+  const __m512i low = _mm512_permutex2var_epi16(tables[0], magnitude, tables[1]);
+  const __m512i high = _mm512_permutex2var_epi16(tables[2], magnitude, tables[3]);
+  const __m512i words = _mm512_mask_mov_epi16(low, _mm512_test_epi16_mask(magnitude, _mm512_set1_epi16(0x40)), high);
+  return _mm512_ternarylogic_epi32(words, _mm512_slli_epi16(codes, 8), _mm512_set1_epi16(static_cast<short>(0x8000)),
+                                   0xF8);  // words | (codes << 8 & 0x8000)
 }
 
 // ue8m0 codes (in the low byte of each dword) -> 2^(code-127) as fp32; code 0 is the subnormal 2^-127 and
@@ -226,6 +251,8 @@ DSFLASH_AVX512 inline void load_tiled_tables(__m512i* tables) {
   const Avx512Tables& at = avx512_tables();
   if constexpr (kFp4) {
     tables[0] = _mm512_load_si512(at.fp4);
+  } else if constexpr (!kAvx512Vbmi) {
+    for (int i = 0; i < 4; ++i) tables[i] = _mm512_load_si512(at.fp8_words + 32 * i);
   } else {
     tables[0] = _mm512_load_si512(at.fp8_lo);
     tables[1] = _mm512_load_si512(at.fp8_lo + 64);
@@ -243,6 +270,9 @@ DSFLASH_AVX512 inline void tiled_pairs(const uint8_t* vector, const __m512i* tab
     w[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 4), tables[0]);
     w[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 8), tables[0]);
     w[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(raw, 12), tables[0]);
+  } else if constexpr (!kAvx512Vbmi) {  // the words of fp8_to_bf16's order: unpack with zero, then look up
+    w[0] = fp8_words_to_bf16(_mm512_unpacklo_epi8(raw, _mm512_setzero_si512()), tables);
+    w[1] = fp8_words_to_bf16(_mm512_unpackhi_epi8(raw, _mm512_setzero_si512()), tables);
   } else {
     fp8_to_bf16(raw, tables[0], tables[1], tables[2], tables[3], &w[0], &w[1]);
   }

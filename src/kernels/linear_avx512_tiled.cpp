@@ -118,8 +118,10 @@ constexpr PieceOrder kPieceOrder = [] {
 
 DSFLASH_AVX512 void prepare_exact_fp4_rows(const uint8_t* codes, int64_t rows, int64_t k, int8_t* pieces,
                                            int32_t* biases, float* units, uint8_t* piece_counts) {
+#if !DSFLASH_AVX512_NO_VBMI
   const __m512i order_low = _mm512_load_si512(kPieceOrder.index[0]);
   const __m512i order_high = _mm512_load_si512(kPieceOrder.index[1]);
+#endif
   const int64_t kb = k / 32;
   for (int64_t rb = 0; rb < rows * kb; ++rb) {
     const ExactFp4Block block = exact_fp4_block(codes + 32 * rb);
@@ -141,9 +143,17 @@ DSFLASH_AVX512 void prepare_exact_fp4_rows(const uint8_t* codes, int64_t rows, i
     low = _mm512_inserti32x4(low, bytes[1][1], 3);
     const __m512i high = _mm512_inserti32x4(_mm512_castsi128_si512(bytes[2][0]), bytes[2][1], 1);
     int8_t* block_pieces = pieces + kExactFp4PieceBlockBytes * rb;
+#if DSFLASH_AVX512_NO_VBMI
+    // The same byte order without vpermt2b: through memory (96 bytes per block and row, beside the weights' MBs).
+    alignas(64) int8_t both[128];
+    _mm512_store_si512(both, low);
+    _mm512_store_si512(both + 64, high);
+    for (int i = 0; i < kExactFp4PieceBlockBytes; ++i) block_pieces[i] = both[kPieceOrder.index[i / 64][i % 64]];
+#else
     _mm512_storeu_si512(block_pieces, _mm512_permutex2var_epi8(low, order_low, high));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(block_pieces + 64),
                         _mm512_castsi512_si256(_mm512_permutex2var_epi8(low, order_high, high)));
+#endif
     biases[rb] = -kExactFp4WeightBias * _mm512_reduce_add_epi32(_mm512_add_epi32(block.n[0], block.n[1]));
     const bool exact = block.exact();
     // 2^(s - 11), s - 11 in [-10, 4]: a normal float's bits.
@@ -198,8 +208,14 @@ DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* 
           const uint8_t* vector = w + (t0 + t) * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
           _mm_prefetch(reinterpret_cast<const char*>(vector + prefetch_bytes), _MM_HINT_T0);
           const __m512i raw = _mm512_loadu_si512(vector);
-          first[t] = _mm512_permutexvar_epi8(raw, biased_table);
-          second[t] = _mm512_permutexvar_epi8(_mm512_srli_epi16(raw, 4), biased_table);
+          if constexpr (kAvx512Vbmi) {
+            first[t] = _mm512_permutexvar_epi8(raw, biased_table);
+            second[t] = _mm512_permutexvar_epi8(_mm512_srli_epi16(raw, 4), biased_table);
+          } else {  // vpshufb looks up 16 entries per 128-bit lane (the table repeats them): the nibbles alone
+            const __m512i nibble = _mm512_set1_epi8(0x0f);
+            first[t] = _mm512_shuffle_epi8(biased_table, _mm512_and_si512(raw, nibble));
+            second[t] = _mm512_shuffle_epi8(biased_table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
+          }
         }
         // Each broadcast serves the tiles at once (so it need not stay in a register).
         for (int r = 0; r < R; ++r)

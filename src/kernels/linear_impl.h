@@ -57,6 +57,12 @@ float amx_dot_rounds(int64_t rounds);
 namespace avx512_no_bf16 {
 const LinearKernels* kernels();
 }
+// AVX-512 F/BW/VL/DQ + VNNI without VBMI or BF16 (Cascade Lake): the same compiled a third time
+// (linear_avx512_no_vbmi.cpp), its byte lookups on vpermt2w / vpshufb (the same values, so the same bits), its
+// row-major weights on the avx2 table. nullptr when absent.
+namespace avx512_no_vbmi {
+const LinearKernels* kernels();
+}
 
 // The AVX-512 BF16 linear (linear_avx512_bf16.cpp): vdpbf16ps when every activation is a bf16 value, fp32 FMAs
 // otherwise. Call only where avx512_kernels() is not nullptr.
