@@ -36,9 +36,9 @@ const char* plan_name(Plan plan);  // "bounded-replay", "exact"
 struct LoadOptions {
   bool reference_kernels = false;          // scalar reference kernels, single-threaded (the oracle)
   int num_threads = 0;                     // fast kernels: worker threads, 0 = one per hardware thread
-  // Fast kernel table by name ("avx512", "amx", "avx512-no-bf16", "avx512-no-vbmi", "avx2"; kernels/backend.h);
-  // empty: this CPU's default. "amx" trades one-row decode speed for faster prefill and batched-decode matmuls
-  // (README: figures).
+  // Fast kernel table by name ("avx512", "amx", "avx512-no-bf16", "avx512-no-vbmi", "avx512-no-vnni", "avx2";
+  // kernels/backend.h); empty: this CPU's default. "amx" trades one-row decode speed for faster prefill and
+  // batched-decode matmuls (README: figures).
   std::string backend;
   bool pin_threads = false;                // pin each worker to one CPU, spread over the NUMA nodes
   // Lock the weights in RAM (mlock of the mapped shards: read in at load, never paged out). Needs a locked-memory

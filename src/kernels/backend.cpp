@@ -147,15 +147,16 @@ Backend with_avx512_entries(Backend b) {
   return b;
 }
 
-// nullptr when the CPU lacks the table's features. Where it is this CPU's best table though the CPU has AVX-512
-// (Skylake-SP: no VNNI for the AVX-512 linears), its other entries are the AVX-512 ones; elsewhere (chosen by name)
-// it stays the AVX2 table throughout.
+// nullptr when the CPU lacks the table's features. Where it is this CPU's best table though the CPU has some AVX-512
+// (not the F/BW/VL/DQ of the AVX-512 linears), its other entries are the AVX-512 ones it has; elsewhere (chosen by
+// name) it stays the AVX2 table throughout.
 const Backend* avx2_backend() {
   if (linear_impl::avx2_kernels() == nullptr) return nullptr;
   static const Backend backend = [] {
     const Backend b = simd_backend<linear_impl::avx2_kernels>("avx2");
     const bool best = linear_impl::avx512_kernels() == nullptr && linear_impl::avx512_no_bf16::kernels() == nullptr &&
-                      linear_impl::avx512_no_vbmi::kernels() == nullptr;
+                      linear_impl::avx512_no_vbmi::kernels() == nullptr &&
+                      linear_impl::avx512_no_vnni::kernels() == nullptr;
     return best ? with_avx512_entries(b) : b;
   }();
   return &backend;
@@ -180,6 +181,14 @@ const Backend* avx512_no_vbmi_backend() {
   if (linear_impl::avx512_no_vbmi::kernels() == nullptr) return nullptr;
   static const Backend backend =
       with_avx512_entries(simd_backend<linear_impl::avx512_no_vbmi::kernels>("avx512-no-vbmi"));
+  return &backend;
+}
+
+// The same without VNNI either (linear_impl::avx512_no_vnni).
+const Backend* avx512_no_vnni_backend() {
+  if (linear_impl::avx512_no_vnni::kernels() == nullptr) return nullptr;
+  static const Backend backend =
+      with_avx512_entries(simd_backend<linear_impl::avx512_no_vnni::kernels>("avx512-no-vnni"));
   return &backend;
 }
 
@@ -237,6 +246,7 @@ std::vector<const Backend*> available_backends() {
   if (const Backend* b = amx_backend()) all.push_back(b);
   if (const Backend* b = avx512_no_bf16_backend()) all.push_back(b);  // the default without AVX512-BF16
   if (const Backend* b = avx512_no_vbmi_backend()) all.push_back(b);  // ... and without VBMI
+  if (const Backend* b = avx512_no_vnni_backend()) all.push_back(b);  // ... and without VNNI
   if (const Backend* b = avx2_backend()) all.push_back(b);
   all.push_back(&reference_backend());
   return all;

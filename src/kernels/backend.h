@@ -15,7 +15,8 @@
 // is inexact (within the same bound; a row's result still never depends on its batch).
 // "avx512-no-bf16" (F/BW/VL/DQ/VBMI/VNNI without BF16: Ice Lake-SP; the default there, by name elsewhere) is
 // "avx512" compiled without AVX512-BF16, multiplying with fp32 FMAs only, without AMX (kernels/linear_impl.h);
-// "avx512-no-vbmi" (F/BW/VL/DQ/VNNI: Cascade Lake) the same without VBMI, its row-major weights on "avx2"'s linears.
+// "avx512-no-vbmi" (F/BW/VL/DQ/VNNI: Cascade Lake) the same without VBMI, its row-major weights on "avx2"'s linears;
+// "avx512-no-vnni" (F/BW/VL/DQ: Skylake-SP) that without VNNI's exact MXFP4 dots.
 #pragma once
 
 #include <cstdint>

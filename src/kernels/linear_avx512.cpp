@@ -684,7 +684,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     // with FMAs is as fast as the chain at one row, see tiled_decode).
     const bool fma = (x.rows >= 2 || !kAvx512Bf16) && fma_keeps_bits();
     const NaturalActivations natural = natural_activations(false);  // (sets the activation scales too)
-    if (kFp4 && x.codes != nullptr) {
+    if (kFp4 && kAvx512Vnni && x.codes != nullptr) {
       // MXFP4: through integers wherever that is exact (prepare_exact_fp4_rows), the bf16 chain elsewhere.
       const size_t row_blocks = static_cast<size_t>(x.rows * g.kb);
       const std::span<int8_t> pieces = scratch.take<int8_t>(row_blocks * kExactFp4PieceBlockBytes);
@@ -889,9 +889,9 @@ const LinearKernels* kernels() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                                 (!kAvx512Vbmi || __builtin_cpu_supports("avx512vbmi")) &&
-                                __builtin_cpu_supports("avx512vnni");
+                                (!kAvx512Vnni || __builtin_cpu_supports("avx512vnni"));
   static const LinearKernels table = avx512_table<RowsMultiply::kFp32Fma>(
-      kAvx512Vbmi ? "avx512-no-bf16" : "avx512-no-vbmi", PeakOps::kFp32Fma);
+      kAvx512Vbmi ? "avx512-no-bf16" : kAvx512Vnni ? "avx512-no-vbmi" : "avx512-no-vnni", PeakOps::kFp32Fma);
   return supported ? &table : nullptr;
 }
 #else

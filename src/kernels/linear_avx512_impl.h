@@ -27,7 +27,12 @@
 // A third compile defines DSFLASH_AVX512_NO_VBMI too (linear_avx512_no_vbmi.cpp): the table for AVX-512 CPUs with
 // VNNI but without VBMI (Cascade Lake), in linear_impl::avx512_no_vbmi, under a target string without avx512vbmi
 // either: its byte lookups take vpermt2w / vpshufb (kAvx512Vbmi below), and its row-major weights the avx2 table.
-#if DSFLASH_AVX512_NO_VBMI
+// A fourth defines DSFLASH_AVX512_NO_VNNI too (linear_avx512_no_vnni.cpp): F/BW/VL/DQ only (Skylake-SP), in
+// linear_impl::avx512_no_vnni: MXFP4 blocks take the FMA chain instead of the exact integer dots (kAvx512Vnni).
+#if DSFLASH_AVX512_NO_VNNI
+#define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define DSFLASH_AVX512_NAMESPACE dsflash::linear_impl::avx512_no_vnni
+#elif DSFLASH_AVX512_NO_VBMI
 #define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 #define DSFLASH_AVX512_NAMESPACE dsflash::linear_impl::avx512_no_vbmi
 #elif DSFLASH_AVX512_NO_BF16
@@ -53,6 +58,13 @@ static_assert(DSFLASH_AVX512_NO_BF16, "the VBMI-free copy is bf16-free too");
 constexpr bool kAvx512Vbmi = false;
 #else
 constexpr bool kAvx512Vbmi = true;
+#endif
+// Whether this copy may use VNNI's vpdpbusd (all but the fourth compile).
+#if DSFLASH_AVX512_NO_VNNI
+static_assert(DSFLASH_AVX512_NO_VBMI, "the VNNI-free copy is VBMI-free too");
+constexpr bool kAvx512Vnni = false;
+#else
+constexpr bool kAvx512Vnni = true;
 #endif
 
 // Declared in linear_impl.h and defined by these files: declared again in this namespace, so that the bf16-free

@@ -299,7 +299,9 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
         for (int r = 0; r < R; ++r)
           for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_setzero_ps();
       auto exact = [&]<int P>() DSFLASH_AVX512 {
-        if constexpr (kFp4) exact_fp4_partials<NB, R, NT, P>(g, w, tile_bytes, b, prefetch_bytes, biased_table, acc);
+        // (Without VNNI no block is given pieces: run_block_gemm leaves exact_piece_counts unset.)
+        if constexpr (kFp4 && kAvx512Vnni)
+          exact_fp4_partials<NB, R, NT, P>(g, w, tile_bytes, b, prefetch_bytes, biased_table, acc);
       };
       if (pieces == 2) {
         exact.template operator()<2>();

@@ -196,6 +196,8 @@ std::vector<const LinearKernels*> available_kernels() {
   if (const LinearKernels* k = avx512_no_bf16::kernels()) all.push_back(k);
   // The default where the CPU lacks VBMI too, by name only where it has it.
   if (const LinearKernels* k = avx512_no_vbmi::kernels()) all.push_back(k);
+  // ... and VNNI too.
+  if (const LinearKernels* k = avx512_no_vnni::kernels()) all.push_back(k);
   if (const LinearKernels* k = avx2_kernels()) all.push_back(k);
   all.push_back(&reference_linear_kernels());
   return all;

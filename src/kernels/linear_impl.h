@@ -63,6 +63,11 @@ const LinearKernels* kernels();
 namespace avx512_no_vbmi {
 const LinearKernels* kernels();
 }
+// AVX-512 F/BW/VL/DQ alone (Skylake-SP): the same compiled a fourth time (linear_avx512_no_vnni.cpp), its MXFP4
+// blocks on the FMA chain instead of VNNI's exact integer dots (the same bits). nullptr when absent.
+namespace avx512_no_vnni {
+const LinearKernels* kernels();
+}
 
 // The AVX-512 BF16 linear (linear_avx512_bf16.cpp): vdpbf16ps when every activation is a bf16 value, fp32 FMAs
 // otherwise. Call only where avx512_kernels() is not nullptr.

@@ -1,7 +1,7 @@
 #!/bin/sh
-# The object $2 of the kernels archive $1 (the "avx512-no-bf16" table, src/kernels/linear_avx512_no_bf16.cpp, or
-# "avx512-no-vbmi", linear_avx512_no_vbmi.cpp) holds no instruction matching the extended regex $3 (AVX512-BF16, AMX,
-# and for the second VBMI's byte permutes), so it runs on AVX-512 CPUs without them: the compile refuses such
+# The object $2 of the kernels archive $1 (the "avx512-no-bf16" table, src/kernels/linear_avx512_no_bf16.cpp,
+# "avx512-no-vbmi" or "avx512-no-vnni") holds no instruction matching the extended regex $3 (AVX512-BF16, AMX, and
+# for the others VBMI's byte permutes, VNNI's dots), so it runs on AVX-512 CPUs without them: the compile refuses such
 # intrinsics on its reachable paths already; this checks the machine code itself. It must hold FMAs (its
 # multiplies), or the object was not found.
 set -eu

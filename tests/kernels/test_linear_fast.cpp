@@ -465,16 +465,18 @@ TEST(LinearFast, BitIdenticalToReferenceWhereBlockSumsAreExact) {
 // that is folded, both weight orders, and bf16 activations down to 2^-120 (products that vdpbf16ps would flush).
 // So does the bf16-free table (FMAs throughout) wherever "avx512" runs the same path: every row count on tile-major
 // weights, and the multi-row path on row-major ones (FP8 from 2 rows, MXFP4 from 5), for e4m3 activations and
-// bf16 ones whose products stay normal; and the VBMI-free table on tile-major weights (its row-major ones are the
-// avx2 table's).
+// bf16 ones whose products stay normal; and the VBMI-free and VNNI-free tables on tile-major weights (their
+// row-major ones are the avx2 table's).
 TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
   const LinearKernels* dot = linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kBf16Dot);
   const LinearKernels* fma = linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kFp32Fma);
   const LinearKernels* no_bf16 = linear_impl::avx512_no_bf16::kernels();
-  const LinearKernels* no_vbmi = linear_impl::avx512_no_vbmi::kernels();
   if (dot == nullptr) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   ASSERT_NE(no_bf16, nullptr);
-  ASSERT_NE(no_vbmi, nullptr);
+  // Tables that take tile-major weights only (their row-major ones are the avx2 table's).
+  const LinearKernels* tile_major_only[] = {linear_impl::avx512_no_vbmi::kernels(),
+                                            linear_impl::avx512_no_vnni::kernels()};
+  for (const LinearKernels* k : tile_major_only) ASSERT_NE(k, nullptr);
   // Rows 1..4 on tile-major weights take the decode paths (with FMAs from 2 rows on).
   const LinearShape shapes[] = {{1, 48, 2176},  {4, 32, 1056},  {5, 48, 384},
                                 {9, 33, 1056},  {16, 64, 2176}, {300, 48, 128}};
@@ -502,9 +504,10 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
           no_bf16->fp8_gemm(x.view(), w.fp8(), b.data(), &pool);
           ASSERT_TRUE(same_bits(a, b)) << "fp8 avx512-no-bf16 " << where;
         }
-        if (tiled) {
-          no_vbmi->fp8_gemm(x.view(), w.fp8(), b.data(), &pool);
-          ASSERT_TRUE(same_bits(a, b)) << "fp8 avx512-no-vbmi " << where;
+        for (const LinearKernels* k : tile_major_only) {
+          if (!tiled) break;
+          k->fp8_gemm(x.view(), w.fp8(), b.data(), &pool);
+          ASSERT_TRUE(same_bits(a, b)) << "fp8 " << k->name << " " << where;
         }
         reference_linear_kernels().fp8_gemm(x.view(), w.w8.view(), ref.data(), nullptr);
         differing_orders_fp8 += static_cast<int>(!same_bits(a, ref));
@@ -515,9 +518,10 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
           no_bf16->fp4_gemm(x.view(), w.fp4(), b.data(), nullptr);
           ASSERT_TRUE(same_bits(a, b)) << "fp4 avx512-no-bf16 " << where;
         }
-        if (tiled) {
-          no_vbmi->fp4_gemm(x.view(), w.fp4(), b.data(), &pool);
-          ASSERT_TRUE(same_bits(a, b)) << "fp4 avx512-no-vbmi " << where;
+        for (const LinearKernels* k : tile_major_only) {
+          if (!tiled) break;
+          k->fp4_gemm(x.view(), w.fp4(), b.data(), &pool);
+          ASSERT_TRUE(same_bits(a, b)) << "fp4 " << k->name << " " << where;
         }
         reference_linear_kernels().fp4_gemm(x.view(), w.w4.view(), ref.data(), nullptr);
         differing_orders_fp4 += static_cast<int>(!same_bits(a, ref));
@@ -531,9 +535,10 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
           if (tiny == 0x1p-90f && (tiled || s.rows >= 2)) {  // products >= 2^-103: none that vdpbf16ps flushes
             no_bf16->fp8_as_bf16_gemm(values.data(), s.rows, w.fp8(), b.data(), &pool);
             ASSERT_TRUE(same_bits(a, b)) << "fp8 as bf16 avx512-no-bf16 " << where << " tiny " << tiny;
-            if (tiled) {
-              no_vbmi->fp8_as_bf16_gemm(values.data(), s.rows, w.fp8(), b.data(), &pool);
-              ASSERT_TRUE(same_bits(a, b)) << "fp8 as bf16 avx512-no-vbmi " << where << " tiny " << tiny;
+            for (const LinearKernels* k : tile_major_only) {
+              if (!tiled) break;
+              k->fp8_as_bf16_gemm(values.data(), s.rows, w.fp8(), b.data(), &pool);
+              ASSERT_TRUE(same_bits(a, b)) << "fp8 as bf16 " << k->name << " " << where << " tiny " << tiny;
             }
           }
         }
@@ -573,11 +578,14 @@ TEST(LinearFast, Avx512AddsEachPairOddThenEven) {
   const float a4 = 14.0f * 2688.0f, u4 = 0x1p-8f, a8 = 14.0f * 448.0f * 448.0f, u8 = 0x1p-2f;
   for (const LinearKernels* k : {linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kBf16Dot),
                                  linear_impl::avx512_kernels_multiplying(linear_impl::RowsMultiply::kFp32Fma),
-                                 linear_impl::avx512_no_bf16::kernels(), linear_impl::avx512_no_vbmi::kernels()}) {
+                                 linear_impl::avx512_no_bf16::kernels(), linear_impl::avx512_no_vbmi::kernels(),
+                                 linear_impl::avx512_no_vnni::kernels()}) {
     if (k == nullptr) continue;  // the CPU lacks its features
+    const bool row_major_is_avx2 = k == linear_impl::avx512_no_vbmi::kernels() ||
+                                   k == linear_impl::avx512_no_vnni::kernels();
     for (const int rows : {1, 4, 8})
       for (const bool tiled : {false, true}) {
-        if (!tiled && (rows < 8 || k == linear_impl::avx512_no_vbmi::kernels())) continue;  // (avx2's, row-major)
+        if (!tiled && (rows < 8 || row_major_is_avx2)) continue;
         x.rows = rows;
         x.scales.assign(rows, 127);
         x.codes.clear();
