@@ -147,18 +147,10 @@ Backend with_avx512_entries(Backend b) {
   return b;
 }
 
-// nullptr when the CPU lacks the table's features. Where it is this CPU's best table though the CPU has some AVX-512
-// (not the F/BW/VL/DQ of the AVX-512 linears), its other entries are the AVX-512 ones it has; elsewhere (chosen by
-// name) it stays the AVX2 table throughout.
+// nullptr when the CPU lacks the table's features. (Every CPU with AVX-512 F/BW/VL/DQ has a table above it.)
 const Backend* avx2_backend() {
   if (linear_impl::avx2_kernels() == nullptr) return nullptr;
-  static const Backend backend = [] {
-    const Backend b = simd_backend<linear_impl::avx2_kernels>("avx2");
-    const bool best = linear_impl::avx512_kernels() == nullptr && linear_impl::avx512_no_bf16::kernels() == nullptr &&
-                      linear_impl::avx512_no_vbmi::kernels() == nullptr &&
-                      linear_impl::avx512_no_vnni::kernels() == nullptr;
-    return best ? with_avx512_entries(b) : b;
-  }();
+  static const Backend backend = simd_backend<linear_impl::avx2_kernels>("avx2");
   return &backend;
 }
 
