@@ -17,7 +17,7 @@
 #include "kernels/linear_impl.h"
 
 // The one target string of the AVX-512 linear files; every function that uses AVX-512 intrinsics carries it.
-// These files are compiled twice. Once as they are: the "avx512" tables (and "amx"), in dsflash::linear_impl.
+// These files are compiled four times. Once as they are: the "avx512" tables (and "amx"), in dsflash::linear_impl.
 // Once with DSFLASH_AVX512_NO_BF16 defined to 1 (linear_avx512_no_bf16.cpp): the table for AVX-512 CPUs without
 // AVX512-BF16 (Ice Lake-SP, Ice Lake / Tiger Lake / Rocket Lake clients), in linear_impl::avx512_no_bf16, under a
 // target string without avx512bf16. There the compiler itself refuses any bf16 instruction (an intrinsic of a target
@@ -52,14 +52,14 @@ constexpr bool kAvx512Bf16 = false;
 #else
 constexpr bool kAvx512Bf16 = true;
 #endif
-// Whether this copy may use VBMI's byte permutes (all but the third compile).
+// Whether this copy may use VBMI's byte permutes (not the third and fourth compiles).
 #if DSFLASH_AVX512_NO_VBMI
 static_assert(DSFLASH_AVX512_NO_BF16, "the VBMI-free copy is bf16-free too");
 constexpr bool kAvx512Vbmi = false;
 #else
 constexpr bool kAvx512Vbmi = true;
 #endif
-// Whether this copy may use VNNI's vpdpbusd (all but the fourth compile).
+// Whether this copy may use VNNI's vpdpbusd (not the fourth compile).
 #if DSFLASH_AVX512_NO_VNNI
 static_assert(DSFLASH_AVX512_NO_VBMI, "the VNNI-free copy is VBMI-free too");
 constexpr bool kAvx512Vnni = false;
@@ -67,7 +67,7 @@ constexpr bool kAvx512Vnni = false;
 constexpr bool kAvx512Vnni = true;
 #endif
 
-// Declared in linear_impl.h and defined by these files: declared again in this namespace, so that the bf16-free
+// Declared in linear_impl.h and defined by these files: declared again in this namespace, so that each further
 // copy calls its own copies (in the first compile these are the same declarations).
 void prepare_exact_fp4_rows(const uint8_t* codes, int64_t rows, int64_t k, int8_t* pieces, int32_t* biases,
                             float* units, uint8_t* piece_counts);
