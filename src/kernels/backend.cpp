@@ -154,35 +154,16 @@ const Backend* avx2_backend() {
   return &backend;
 }
 
-const Backend* avx512_backend() {
-  if (linear_impl::avx512_kernels() == nullptr) return nullptr;
-  static const Backend backend = with_avx512_entries(simd_backend<linear_impl::avx512_kernels>("avx512"));
+// The Backend of an AVX-512 linear table (linear_impl.h: "avx512" with BF16, and its copies compiled without BF16,
+// VBMI or VNNI), its other entries with_avx512_entries; nullptr when the CPU lacks the table's features.
+template <LinearTable kTable>
+const Backend* avx512_class_backend(const char* name) {
+  if (kTable() == nullptr) return nullptr;
+  static const Backend backend = with_avx512_entries(simd_backend<kTable>(name));
   return &backend;
 }
 
-// The AVX-512 table without vdpbf16ps or AMX (linear_impl::avx512_no_bf16).
-const Backend* avx512_no_bf16_backend() {
-  if (linear_impl::avx512_no_bf16::kernels() == nullptr) return nullptr;
-  static const Backend backend =
-      with_avx512_entries(simd_backend<linear_impl::avx512_no_bf16::kernels>("avx512-no-bf16"));
-  return &backend;
-}
-
-// The same without VBMI either (linear_impl::avx512_no_vbmi).
-const Backend* avx512_no_vbmi_backend() {
-  if (linear_impl::avx512_no_vbmi::kernels() == nullptr) return nullptr;
-  static const Backend backend =
-      with_avx512_entries(simd_backend<linear_impl::avx512_no_vbmi::kernels>("avx512-no-vbmi"));
-  return &backend;
-}
-
-// The same without VNNI either (linear_impl::avx512_no_vnni).
-const Backend* avx512_no_vnni_backend() {
-  if (linear_impl::avx512_no_vnni::kernels() == nullptr) return nullptr;
-  static const Backend backend =
-      with_avx512_entries(simd_backend<linear_impl::avx512_no_vnni::kernels>("avx512-no-vnni"));
-  return &backend;
-}
+const Backend* avx512_backend() { return avx512_class_backend<linear_impl::avx512_kernels>("avx512"); }
 
 // "avx512" with the FP8 GEMMs on AMX tiles (its fp4_gemm is avx512's).
 const Backend* amx_backend() {
@@ -236,9 +217,11 @@ std::vector<const Backend*> available_backends() {
   std::vector<const Backend*> all;
   if (const Backend* b = avx512_backend()) all.push_back(b);
   if (const Backend* b = amx_backend()) all.push_back(b);
-  if (const Backend* b = avx512_no_bf16_backend()) all.push_back(b);  // the default without AVX512-BF16
-  if (const Backend* b = avx512_no_vbmi_backend()) all.push_back(b);  // ... and without VBMI
-  if (const Backend* b = avx512_no_vnni_backend()) all.push_back(b);  // ... and without VNNI
+  // The defaults without AVX512-BF16, without VBMI too, and without VNNI too; by name on CPUs with more.
+  for (const Backend* b : {avx512_class_backend<linear_impl::avx512_no_bf16::kernels>("avx512-no-bf16"),
+                           avx512_class_backend<linear_impl::avx512_no_vbmi::kernels>("avx512-no-vbmi"),
+                           avx512_class_backend<linear_impl::avx512_no_vnni::kernels>("avx512-no-vnni")})
+    if (b != nullptr) all.push_back(b);
   if (const Backend* b = avx2_backend()) all.push_back(b);
   all.push_back(&reference_backend());
   return all;

@@ -29,6 +29,15 @@
 // either: its byte lookups take vpermt2w / vpshufb (kAvx512Vbmi below), and its row-major weights the avx2 table.
 // A fourth defines DSFLASH_AVX512_NO_VNNI too (linear_avx512_no_vnni.cpp): F/BW/VL/DQ only (Skylake-SP), in
 // linear_impl::avx512_no_vnni: MXFP4 blocks take the FMA chain instead of the exact integer dots (kAvx512Vnni).
+#ifndef DSFLASH_AVX512_NO_BF16
+#define DSFLASH_AVX512_NO_BF16 0
+#endif
+#ifndef DSFLASH_AVX512_NO_VBMI
+#define DSFLASH_AVX512_NO_VBMI 0
+#endif
+#ifndef DSFLASH_AVX512_NO_VNNI
+#define DSFLASH_AVX512_NO_VNNI 0
+#endif
 #if DSFLASH_AVX512_NO_VNNI
 #define DSFLASH_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 #define DSFLASH_AVX512_NAMESPACE dsflash::linear_impl::avx512_no_vnni
@@ -46,26 +55,12 @@
 
 namespace DSFLASH_AVX512_NAMESPACE {
 
-// Whether this copy may use vdpbf16ps and AMX tiles (the first compile) or only fp32 FMAs (DSFLASH_AVX512_NO_BF16).
-#if DSFLASH_AVX512_NO_BF16
-constexpr bool kAvx512Bf16 = false;
-#else
-constexpr bool kAvx512Bf16 = true;
-#endif
-// Whether this copy may use VBMI's byte permutes (not the third and fourth compiles).
-#if DSFLASH_AVX512_NO_VBMI
-static_assert(DSFLASH_AVX512_NO_BF16, "the VBMI-free copy is bf16-free too");
-constexpr bool kAvx512Vbmi = false;
-#else
-constexpr bool kAvx512Vbmi = true;
-#endif
-// Whether this copy may use VNNI's vpdpbusd (not the fourth compile).
-#if DSFLASH_AVX512_NO_VNNI
-static_assert(DSFLASH_AVX512_NO_VBMI, "the VNNI-free copy is VBMI-free too");
-constexpr bool kAvx512Vnni = false;
-#else
-constexpr bool kAvx512Vnni = true;
-#endif
+// What this copy may use: vdpbf16ps and AMX tiles (else only fp32 FMAs), VBMI's byte permutes, VNNI's vpdpbusd.
+// Each compile drops the ones before it too.
+constexpr bool kAvx512Bf16 = !DSFLASH_AVX512_NO_BF16;
+constexpr bool kAvx512Vbmi = !DSFLASH_AVX512_NO_VBMI;
+constexpr bool kAvx512Vnni = !DSFLASH_AVX512_NO_VNNI;
+static_assert((kAvx512Bf16 <= kAvx512Vbmi) && (kAvx512Vbmi <= kAvx512Vnni), "each copy drops the features before it");
 
 // Declared in linear_impl.h and defined by these files: declared again in this namespace, so that each further
 // copy calls its own copies (in the first compile these are the same declarations).
