@@ -135,10 +135,13 @@ Backend simd_backend(const char* name) {
 }
 
 // The AVX-512 kernels of the entries other than the linears, where the CPU has them (each checks its own
-// features; none needs AVX512-BF16, and sparse attention checks for it itself). Every one gives the bits of the
-// entry it replaces (the oracle's).
-Backend with_avx512_entries(Backend b) {
-  if (IndexScoreRowsKernel exact = index_scores_rows_vnni()) b.index_scores_rows = exact;
+// features; none needs AVX512-BF16). The indexer's dots take VNNI only where the table may (`vnni`), so that a
+// table named for CPUs without it uses none anywhere. Every one gives the bits of the entry it replaces (the
+// oracle's).
+Backend with_avx512_entries(Backend b, bool vnni) {
+  if (IndexScoreRowsKernel exact = vnni ? index_scores_rows_vnni() : index_scores_rows_avx512bw()) {
+    b.index_scores_rows = exact;
+  }
   if (hc_mix_dots_avx512() != nullptr) b.hc_mixes = hc_mixes_avx512;
   if (const KvDequantKernels* kv = avx512_kv_dequant()) {
     b.dequant_window_row = kv->window_row;
@@ -156,10 +159,10 @@ const Backend* avx2_backend() {
 
 // The Backend of an AVX-512 linear table (linear_impl.h: "avx512" with BF16, and its copies compiled without BF16,
 // VBMI or VNNI), its other entries with_avx512_entries; nullptr when the CPU lacks the table's features.
-template <LinearTable kTable>
+template <LinearTable kTable, bool kVnni = true>
 const Backend* avx512_class_backend(const char* name) {
   if (kTable() == nullptr) return nullptr;
-  static const Backend backend = with_avx512_entries(simd_backend<kTable>(name));
+  static const Backend backend = with_avx512_entries(simd_backend<kTable>(name), kVnni);
   return &backend;
 }
 
@@ -220,7 +223,7 @@ std::vector<const Backend*> available_backends() {
   // The defaults without AVX512-BF16, without VBMI too, and without VNNI too; by name on CPUs with more.
   for (const Backend* b : {avx512_class_backend<linear_impl::avx512_no_bf16::kernels>("avx512-no-bf16"),
                            avx512_class_backend<linear_impl::avx512_no_vbmi::kernels>("avx512-no-vbmi"),
-                           avx512_class_backend<linear_impl::avx512_no_vnni::kernels>("avx512-no-vnni")})
+                           avx512_class_backend<linear_impl::avx512_no_vnni::kernels, false>("avx512-no-vnni")})
     if (b != nullptr) all.push_back(b);
   if (const Backend* b = avx2_backend()) all.push_back(b);
   all.push_back(&reference_backend());

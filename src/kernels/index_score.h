@@ -98,5 +98,7 @@ void index_scores_rows_avx2(const IndexScoreRowsArgs& args);
 // AVX-512 VNNI (vpdpbusd; weigh_heads16_avx512); nullptr when the CPU lacks AVX-512 F/BW/VNNI.
 using IndexScoreRowsKernel = void (*)(const IndexScoreRowsArgs& args);
 IndexScoreRowsKernel index_scores_rows_vnni();
+// AVX-512 F/BW without VNNI (512-bit vpmaddubsw; weigh_heads16_avx512); nullptr when the CPU lacks AVX-512 F/BW.
+IndexScoreRowsKernel index_scores_rows_avx512bw();
 
 }  // namespace dsflash

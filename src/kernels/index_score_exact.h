@@ -1,4 +1,4 @@
-// The exact-integer indexer scores (kernels/index_score.h index_scores_rows_vnni / index_scores_rows_avx2): what the
+// The exact-integer indexer scores (kernels/index_score.h index_scores_rows_vnni / _avx512bw / _avx2): what the
 // ISA twins share. q and k are e2m1 times power-of-two block scales, so a block's products are small integers times
 // one power of two; the argument for when the reference's in-order fp32 sum equals the integer sum is in
 // index_score.h. One driver (score_rows_exact) prepares q as integers, packs each group of 16 stored key rows, scores
@@ -90,8 +90,10 @@ bool group_passes_all_checks(const KeyExponents& keys, const QueryExponents& que
 // The scores of IndexScoreRowsArgs with `kernels`; same bits as index_scores_rows_reference.
 void score_rows_exact(const IndexScoreRowsArgs& args, const ExactIndexKernels& kernels);
 
-// The ISA tables: VNNI nullptr when the CPU lacks AVX-512 F/BW/VNNI; AVX2 always (the build baseline).
+// The ISA tables: VNNI nullptr when the CPU lacks AVX-512 F/BW/VNNI, AVX-512 BW (the same code without VNNI,
+// index_score_rows_avx512.cpp) nullptr when it lacks AVX-512 F/BW; AVX2 always (the build baseline).
 const ExactIndexKernels* vnni_exact_index_kernels();
+const ExactIndexKernels* avx512bw_exact_index_kernels();
 const ExactIndexKernels& avx2_exact_index_kernels();
 
 }  // namespace dsflash::index_exact

@@ -257,6 +257,9 @@ namespace {
 void index_scores_rows_vnni_entry(const IndexScoreRowsArgs& a) {
   index_exact::score_rows_exact(a, *index_exact::vnni_exact_index_kernels());
 }
+void index_scores_rows_avx512bw_entry(const IndexScoreRowsArgs& a) {
+  index_exact::score_rows_exact(a, *index_exact::avx512bw_exact_index_kernels());
+}
 
 }  // namespace
 
@@ -268,6 +271,9 @@ void index_scores_rows_avx2(const IndexScoreRowsArgs& a) {
 
 IndexScoreRowsKernel index_scores_rows_vnni() {
   return index_exact::vnni_exact_index_kernels() != nullptr ? index_scores_rows_vnni_entry : nullptr;
+}
+IndexScoreRowsKernel index_scores_rows_avx512bw() {
+  return index_exact::avx512bw_exact_index_kernels() != nullptr ? index_scores_rows_avx512bw_entry : nullptr;
 }
 
 }  // namespace dsflash

@@ -1,9 +1,9 @@
 #!/bin/sh
 # The object $2 of the kernels archive $1 (the "avx512-no-bf16" table, src/kernels/linear_avx512_no_bf16.cpp,
-# "avx512-no-vbmi" or "avx512-no-vnni") holds no instruction matching the extended regex $3 (AVX512-BF16, AMX, and
-# for the others VBMI's byte permutes, VNNI's dots), so it runs on AVX-512 CPUs without them: the compile refuses such
-# intrinsics on its reachable paths already; this checks the machine code itself. It must hold FMAs (its
-# multiplies), or the object was not found.
+# "avx512-no-vbmi" or "avx512-no-vnni", or the latter's indexer dots) holds no instruction matching the extended
+# regex $3 (AVX512-BF16, AMX, and for the others VBMI's byte permutes, VNNI's dots), so it runs on AVX-512 CPUs
+# without them: the compile refuses such intrinsics on its reachable paths already; this checks the machine code
+# itself. It must hold FMAs (its multiplies and scalings), or the object was not found.
 set -eu
 archive=$1
 member=$2

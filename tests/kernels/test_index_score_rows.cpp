@@ -87,6 +87,7 @@ std::vector<std::pair<std::string, void (*)(const IndexScoreRowsArgs&)>> kernels
   for (const Backend* b : available_backends()) all.emplace_back(b->name, b->index_scores_rows);
   all.emplace_back("packed16", index_scores_rows_packed16);
   if (IndexScoreRowsKernel vnni = index_scores_rows_vnni()) all.emplace_back("vnni", vnni);
+  if (IndexScoreRowsKernel bw = index_scores_rows_avx512bw()) all.emplace_back("avx512bw", bw);
   return all;
 }
 

@@ -1,5 +1,9 @@
-// The exact-integer indexer dots on AVX-512 VNNI (kernels/index_score_exact.h): vpdpbusd on the packed MXFP4 bytes
-// of 16 keys at a time, same bits as the oracle.
+// The exact-integer indexer dots on AVX-512 (kernels/index_score_exact.h) on the packed MXFP4 bytes of 16 keys at a
+// time, same bits as the oracle. Compiled twice: as is, each quad of a block one vpdpbusd (AVX-512 VNNI: Cascade
+// Lake on); and with DSFLASH_INDEX_NO_VNNI defined to 1 (index_score_rows_avx512_no_vnni.cpp) for AVX-512 F/BW alone
+// (Skylake-SP), each quad one vpmaddubsw into int16 pair sums and one vpmaddwd by 1 per block, which the AVX2 kernel
+// (index_score_rows_avx2.cpp) shows exact: the u8 operand is ik + 12 <= 24 and the s8 one |iq| <= 12, so an int16
+// lane gathers at most 8 x 576 over a block (vpmaddubsw saturates at 2^15 - 1: never here).
 // GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -10,12 +14,21 @@
 
 #include "kernels/index_score_exact.h"
 
+#ifndef DSFLASH_INDEX_NO_VNNI
+#define DSFLASH_INDEX_NO_VNNI 0
+#endif
+
 namespace dsflash::index_exact {
 namespace {
-#define DSFLASH_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#if DSFLASH_INDEX_NO_VNNI
+#define DSFLASH_INDEX_AVX512 __attribute__((target("avx512f,avx512bw")))
+#else
+#define DSFLASH_INDEX_AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#endif
+constexpr bool kVnni = !DSFLASH_INDEX_NO_VNNI;
 
 // 16x16 transpose of 32-bit elements: r[i] lane j -> r[j] lane i.
-DSFLASH_VNNI inline void transpose16x16(__m512i* r) {
+DSFLASH_INDEX_AVX512 inline void transpose16x16(__m512i* r) {
   __m512i t[16];
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);      // per 128-bit lane L: r_i[4L], r_i+1[4L], r_i[4L+1], ...
@@ -48,7 +61,7 @@ DSFLASH_VNNI inline void transpose16x16(__m512i* r) {
 // (ik + 12) bytes; unpacking them interleaves each dword's elements back in order, two keys per 128-bit lane and
 // half (lane L of the low unpack: key 4L's quads 2i, 2i+1, then key 4L+1's; the high unpack: keys 4L+2, 4L+3), and
 // one two-source dword permute per quad gathers its 16 keys in lane order.
-DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim, uint8_t* kq, int32_t* ub) {
+DSFLASH_INDEX_AVX512 bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim, uint8_t* kq, int32_t* ub) {
   const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTwiceE2m1Plus12)));
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   const int64_t row_bytes = dim / 2;
@@ -99,7 +112,7 @@ DSFLASH_VNNI bool pack_group(const uint8_t* const* rows, int lanes, int64_t dim,
 // (QueryHeadInts::scale_bits), so it adds +0 whatever the key's code; a head without a nonzero block gives +0, as
 // the reference's sum from 0.0f does.
 template <int kH, int kBlocks, bool kChecked>
-DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_bits, const QueryHeadInts* q,
+DSFLASH_INDEX_AVX512 inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_bits, const QueryHeadInts* q,
                                           __mmask16 valid, float* dots) {
   if constexpr (kChecked) {
     for (int h = 0; h < kH; ++h) {
@@ -138,9 +151,9 @@ DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_
 #pragma GCC unroll 4
   for (int b = 0; b < kBlocks; ++b) {
     const uint8_t* block = kq + b * 8 * 64;  // quads 8b..8b+7, 64 bytes each
-    __m512i acc[kH];
+    __m512i acc[kH];  // int32 block sums from the offset (VNNI), else int16 pair sums (two per key) from 0
 #pragma GCC unroll 8
-    for (int h = 0; h < kH; ++h) acc[h] = _mm512_set1_epi32(q[h].offset[b]);
+    for (int h = 0; h < kH; ++h) acc[h] = kVnni ? _mm512_set1_epi32(q[h].offset[b]) : _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int quad = 0; quad < 8; ++quad) {
       const __m512i k = _mm512_loadu_si512(block + quad * 64);
@@ -148,7 +161,17 @@ DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_
       for (int h = 0; h < kH; ++h) {
         int32_t q4;
         std::memcpy(&q4, q[h].iq + (b * 8 + quad) * 4, sizeof(q4));
-        acc[h] = _mm512_dpbusd_epi32(acc[h], k, _mm512_set1_epi32(q4));
+        if constexpr (kVnni) {
+          acc[h] = _mm512_dpbusd_epi32(acc[h], k, _mm512_set1_epi32(q4));
+        } else {
+          acc[h] = _mm512_add_epi16(acc[h], _mm512_maddubs_epi16(k, _mm512_set1_epi32(q4)));
+        }
+      }
+    }
+    if constexpr (!kVnni) {
+#pragma GCC unroll 8
+      for (int h = 0; h < kH; ++h) {
+        acc[h] = _mm512_add_epi32(_mm512_madd_epi16(acc[h], _mm512_set1_epi16(1)), _mm512_set1_epi32(q[h].offset[b]));
       }
     }
 #pragma GCC unroll 8
@@ -163,7 +186,7 @@ DSFLASH_VNNI inline bool exact_dots_heads(const uint8_t* kq, const __m512i* key_
 }
 
 template <int kBlocks, bool kChecked>
-DSFLASH_VNNI bool exact_dots_all_heads(const uint8_t* kq, const __m512i* key_bits, const QueryHeadInts* heads_ints,
+DSFLASH_INDEX_AVX512 bool exact_dots_all_heads(const uint8_t* kq, const __m512i* key_bits, const QueryHeadInts* heads_ints,
                                        int heads, __mmask16 valid, float* dots) {
   int h = 0;
   for (; h + 8 <= heads; h += 8) {
@@ -182,7 +205,7 @@ DSFLASH_VNNI bool exact_dots_all_heads(const uint8_t* kq, const __m512i* key_bit
 // ExactDots16: dots [heads][16] of one query against 16 keys packed as (ik + 12) bytes kq [dim/4][16][4] with ue8m0
 // scale codes ub [dim/32][16].
 template <int kBlocks>
-DSFLASH_VNNI bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints, bool checked,
+DSFLASH_INDEX_AVX512 bool exact_dots16(const uint8_t* kq, const int32_t* ub, const QueryHeadInts* heads_ints, bool checked,
                                int heads, int lanes, float* dots) {
   const __mmask16 valid = static_cast<__mmask16>((1u << lanes) - 1u);
   __m512i key_bits[kBlocks];
@@ -193,9 +216,14 @@ DSFLASH_VNNI bool exact_dots16(const uint8_t* kq, const int32_t* ub, const Query
 
 }  // namespace
 
+#if DSFLASH_INDEX_NO_VNNI
+const ExactIndexKernels* avx512bw_exact_index_kernels() {
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#else
 const ExactIndexKernels* vnni_exact_index_kernels() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vnni");
+#endif
   static const ExactIndexKernels kernels{
       .pack_group = pack_group,
       .exact_dots = {nullptr, exact_dots16<1>, exact_dots16<2>, exact_dots16<3>, exact_dots16<4>},
