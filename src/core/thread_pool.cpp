@@ -61,9 +61,9 @@ ThreadPool::ThreadPool(int num_threads, std::vector<int> cpus, std::vector<int> 
 }
 
 ThreadPool::~ThreadPool() {
+  stopping_.store(true);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_.store(true);
+    std::lock_guard<std::mutex> lock(sleep_mutex_);  // a worker between its check and its wait sees stopping_ then
   }
   work_ready_.notify_all();
   for (auto& t : workers_) t.join();
@@ -108,10 +108,9 @@ void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node, in
     fn(0, n, workers_.empty() ? 0 : this_thread_index());
     return;
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (busy_) {
+  bool idle = false;
+  if (!busy_.compare_exchange_strong(idle, true, std::memory_order_acquire)) {
     // Nested or concurrent use: the workers belong to the running job.
-    lock.unlock();
     fn(0, n, this_thread_index());
     return;
   }
@@ -136,45 +135,58 @@ void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node, in
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
-  busy_ = true;
-  open_ = true;
-  generation_.fetch_add(1, std::memory_order_release);
-  lock.unlock();
-  work_ready_.notify_all();
+  // Open the next generation (the previous job is closed with no worker inside, so no compare-exchange can change
+  // the word meanwhile); the store publishes the fields above to the workers that join.
+  const uint64_t generation = (job_state_.load(std::memory_order_relaxed) >> 32) + 1;
+  job_state_.store((generation << 32) | kOpenBit);
+  if (sleeping_workers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(sleep_mutex_); }  // a worker between its check and its wait sees the job
+    work_ready_.notify_all();
+  }
 
   run_chunks(0);
 
-  lock.lock();
-  open_ = false;
-  if (active_.load() != 0) {
-    // The workers are usually microseconds from done: poll before sleeping (their leaving notifies no one then).
-    lock.unlock();
-    spin_until([this] { return active_.load(std::memory_order_acquire) == 0; });
-    lock.lock();
-    work_done_.wait(lock, [this] { return active_.load() == 0; });
+  // Close: no worker joins from now on; then wait for those inside to leave. They are usually microseconds from
+  // done: poll before sleeping.
+  const auto workers_inside = [this] { return job_state_.load() & kActiveMask; };
+  if ((job_state_.fetch_and(~kOpenBit) & kActiveMask) != 0 && !spin_until([&] { return workers_inside() == 0; })) {
+    caller_sleeping_.store(true);
+    std::unique_lock<std::mutex> lock(sleep_mutex_);
+    work_done_.wait(lock, [&] { return workers_inside() == 0; });
+    caller_sleeping_.store(false, std::memory_order_relaxed);
   }
   job_ = nullptr;
-  busy_ = false;
+  busy_.store(false, std::memory_order_release);
 }
 
 void ThreadPool::worker_loop(int index) {
-  uint64_t seen = 0;
+  uint64_t seen = 0;  // the last generation this worker saw
+  uint64_t state = 0;
+  const auto news = [&] {
+    state = job_state_.load();
+    return (state >> 32) != seen || stopping_.load(std::memory_order_relaxed);
+  };
   for (;;) {
-    spin_until([&] {
-      return generation_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed);
-    });
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
-      if (stopping_.load()) return;
-      seen = generation_.load();
-      if (!open_) continue;  // that job finished without us
-      ++active_;
+    if (!spin_until(news)) {
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
+      sleeping_workers_.fetch_add(1);
+      work_ready_.wait(lock, news);
+      sleeping_workers_.fetch_sub(1, std::memory_order_relaxed);
     }
+    if (stopping_.load()) return;
+    seen = state >> 32;
+    // Join the job of the generation seen while it is open (a failed exchange reloads the word: a closed job or a
+    // later one, which the next round of the loop sees).
+    bool joined = false;
+    while (!joined && (state >> 32) == seen && (state & kOpenBit) != 0) {
+      joined = job_state_.compare_exchange_weak(state, state + 1);
+    }
+    if (!joined) continue;
     run_chunks(index);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--active_ == 0 && !open_) work_done_.notify_one();
+    const uint64_t left = job_state_.fetch_sub(1) - 1;
+    if ((left & (kActiveMask | kOpenBit)) == 0 && caller_sleeping_.load()) {
+      { std::lock_guard<std::mutex> lock(sleep_mutex_); }  // the caller between its check and its wait sees the count
+      work_done_.notify_one();
     }
   }
 }

@@ -76,23 +76,33 @@ class ThreadPool {
   bool job_by_node_ = false;
 
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
+  // The job word, one atomic: generation (bits 63-32, one per job), open (bit 31: workers may still join), and the
+  // workers inside the job (bits 30-0). A worker joins by one compare-exchange that succeeds only while the
+  // generation it saw is open, and leaves by one fetch_sub; the caller opens a job by one store and closes it by
+  // clearing the bit, then waits for the count to reach 0. So dispatching a job takes no lock: with many threads,
+  // a mutex taken by every worker to join and to leave serialises them all through it twice per job (and its
+  // futex sleeps and wakes once they contend), and decode runs about 35 jobs per layer.
+  std::atomic<uint64_t> job_state_{0};
+  static constexpr uint64_t kOpenBit = uint64_t{1} << 31;
+  static constexpr uint64_t kActiveMask = kOpenBit - 1;
+  // A caller owns the workers, from its job's setup until its last worker has left; another caller (nested in a
+  // body, or on another thread) then runs its job inline.
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> stopping_{false};
+  // Sleeping, only after polling for a while (spin_until): workers on work_ready_ (counted, so that a job wakes
+  // them only when some sleep), the caller on work_done_ (flagged, so that the last worker to leave wakes it only
+  // then). Each side writes its count or flag and then reads the job word, the other writes the job word and then
+  // reads the count or flag (all sequentially consistent): one of them sees the other, so no wake-up is lost.
+  std::mutex sleep_mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
-  // The current job; written only by parallel_for while no worker is inside it.
+  std::atomic<int> sleeping_workers_{0};
+  std::atomic<bool> caller_sleeping_{false};
+  // The current job; written only by its caller while no worker is inside a job (busy_ held, the previous job's
+  // count at 0), read by workers that joined it.
   const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_grain_ = 1;
-  std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) for each job; workers spin on it briefly
-  std::atomic<bool> stopping_{false};
-  // guarded by mutex_: a job runs, from its setup until its caller has seen the last worker leave. Not
-  // open_ || active_ > 0: between the last worker leaving and its caller waking, both are false, and a second
-  // caller taking the workers then would have its job cleared under it (and two callers waiting on work_done_).
-  bool busy_ = false;
-  bool open_ = false;  // guarded by mutex_: workers may still join the current job
-  // Workers inside the current job: changed under mutex_; the caller also polls it without the lock before it
-  // sleeps on work_done_.
-  std::atomic<int> active_{0};
 
   friend class ThreadScratch;
   struct ScratchSlot {

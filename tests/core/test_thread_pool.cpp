@@ -93,6 +93,31 @@ TEST(ThreadPool, ManyShortJobsAndConcurrentCallers) {
   EXPECT_EQ(sum.load(), int64_t{kCallers} * kReps * (63 * 64 / 2));
 }
 
+// The sleeping paths: jobs far enough apart that the workers stop polling and sleep (the next job must wake
+// them), and workers slow enough that the caller stops polling for them and sleeps (the last to leave must wake
+// it). A lost wake-up hangs here; the ranges must still cover each index once, on 2 and on 5 threads.
+TEST(ThreadPool, WakesSleepingWorkersAndASleepingCaller) {
+  for (int threads : {2, 5}) {
+    ThreadPool pool(threads);
+    std::atomic<bool> worker_ran{false};
+    for (int rep = 0; rep < 40; ++rep) {
+      std::this_thread::sleep_for(std::chrono::microseconds(rep % 2 == 0 ? 1000 : 50));  // past the pool's polling
+      std::vector<std::atomic<int>> hits(16);
+      pool.parallel_for(16, [&](int64_t b, int64_t e, int t) {
+        if (t == 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));  // time for a sleeping worker to wake and join
+        } else {
+          worker_ran = true;
+          if (rep % 4 < 2) std::this_thread::sleep_for(std::chrono::microseconds(600));  // the caller waits
+        }
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int i = 0; i < 16; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "rep " << rep << " index " << i;
+    }
+    EXPECT_TRUE(worker_ran) << threads;
+  }
+}
+
 TEST(ThreadPool, UsesTheWorkersWhenWorkIsLong) {
   ThreadPool pool(2);
   std::mutex m;
