@@ -100,7 +100,13 @@ void ThreadPool::parallel_for_nodes(int64_t n, RangeFn fn, int64_t grain, int ch
   run_job(n, fn, grain, num_nodes() > 1, chunks_per_thread);
 }
 
-void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node, int chunks_per_thread) {
+void ThreadPool::parallel_for_node_ranges(int64_t n, std::span<const int64_t> node_bounds, RangeFn fn, int64_t grain,
+                                          int chunks_per_thread) {
+  run_job(n, fn, grain, num_nodes() > 1, chunks_per_thread, node_bounds);
+}
+
+void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node, int chunks_per_thread,
+                         std::span<const int64_t> node_bounds) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t grains = (n + grain - 1) / grain;
@@ -114,14 +120,19 @@ void ThreadPool::run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node, in
     fn(0, n, this_thread_index());
     return;
   }
-  // Node k's grains [begin, end) in proportion to its threads (node_row_ranges' split); one share when not by node.
+  // Node k's grains [begin, end): the caller's cut, or in proportion to its threads (node_row_ranges' split); one share
+  // when not by node.
   // chunks_per_thread chunks per thread (a few by default: enough to rebalance when one thread runs late, few
   // enough to stay cheap).
   const int shares = by_node ? num_nodes() : 1;
   for (int k = 0; k < shares; ++k) {
     const int first = by_node ? node_first_thread_[static_cast<size_t>(k)] : 0;
     const int last = by_node ? node_first_thread_[static_cast<size_t>(k) + 1] : num_threads();
-    const RowRange range = by_node ? node_row_range(grains, node_first_thread_, k) : RowRange{0, grains};
+    RowRange range{0, grains};
+    if (by_node) {
+      const bool given = node_bounds.size() == static_cast<size_t>(num_nodes()) + 1;
+      range = given ? RowRange{node_bounds[k], node_bounds[k + 1]} : node_row_range(grains, node_first_thread_, k);
+    }
     NodeShare& share = node_shares_[static_cast<size_t>(k)];
     share.begin = range.begin;
     share.end = range.end;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -50,6 +51,11 @@ class ThreadPool {
   // that runs late; one keeps each thread's reads one contiguous stream, which memory-bound decode kernels want.
   void parallel_for_nodes(int64_t n, RangeFn fn, int64_t grain = 1, int chunks_per_thread = kChunksPerThread);
   static constexpr int kChunksPerThread = 4;
+  // parallel_for_nodes with the caller's cut: node k's threads run grains [node_bounds[k], node_bounds[k + 1]),
+  // node_bounds [num_nodes() + 1] non-decreasing from 0 to ceil(n / grain). For one job over several weights, each
+  // cut as parallel_for_nodes cuts it alone, the pieces of each node put side by side.
+  void parallel_for_node_ranges(int64_t n, std::span<const int64_t> node_bounds, RangeFn fn, int64_t grain = 1,
+                                int chunks_per_thread = kChunksPerThread);
   int num_nodes() const { return static_cast<int>(node_first_thread_.size()) - 1; }
   // [num_nodes() + 1]: node k owns threads [node_first_thread()[k], node_first_thread()[k + 1]).
   const std::vector<int>& node_first_thread() const { return node_first_thread_; }
@@ -63,7 +69,9 @@ class ThreadPool {
   void worker_loop(int index);
   void run_chunks(int index);
   // Sets up and runs the current job; chunks are taken per node (one node: all threads share them).
-  void run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node, int chunks_per_thread);
+  // node_bounds: the by-node cut (grains, [num_nodes() + 1]); empty: node_row_range's.
+  void run_job(int64_t n, RangeFn& fn, int64_t grain, bool by_node, int chunks_per_thread,
+               std::span<const int64_t> node_bounds = {});
 
   // Per node: its threads, and the current job's share: [begin, end) in grains' units, chunk size, next chunk.
   struct NodeShare {

@@ -6,6 +6,7 @@
 
 #include "core/thread_pool.h"
 #include "formats/formats.h"
+#include "model/grouped_gemm.h"
 #include "model/weight_binding.h"
 
 namespace dsflash {
@@ -164,13 +165,15 @@ void MoeLayer::route(const float* x, int64_t num_tokens, const ComputeContext& c
   }
 }
 
-void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, const uint8_t* scales,
-                          std::span<const int64_t> rows, std::span<const float> row_weights, bool weighted,
-                          const ComputeContext& ctx, float* y) const {
+MoeLayer::ExpertRun MoeLayer::prepare_expert(const ExpertWeights& expert, const uint8_t* codes,
+                                             const uint8_t* scales, std::span<const int64_t> rows,
+                                             std::span<const float> row_weights, Arena& frame) const {
   const int64_t n = static_cast<int64_t>(rows.size());
   const int64_t blocks = dim_ / 32;
-  Arena& frame = ctx.workspace->frame();
-  ArenaScope scope(frame);
+  ExpertRun run;
+  run.expert = &expert;
+  run.rows = rows;
+  run.row_weights = row_weights;
   // gather the routed rows' FP8 activations: codes [n, dim], scales [n, dim/32]
   const std::span<uint8_t> row_codes = frame.take<uint8_t>(static_cast<size_t>(n * dim_));
   const std::span<uint8_t> row_scales = frame.take<uint8_t>(static_cast<size_t>(n * blocks));
@@ -179,54 +182,103 @@ void MoeLayer::run_expert(const ExpertWeights& expert, const uint8_t* codes, con
     std::memcpy(row_scales.data() + i * blocks, scales + rows[static_cast<size_t>(i)] * blocks,
                 static_cast<size_t>(blocks));
   }
-  const Fp8Activations x{row_codes.data(), row_scales.data(), n, dim_};
+  run.x = Fp8Activations{row_codes.data(), row_scales.data(), n, dim_};
   // w1 x and w3 x: [n, inter] each, or [n, 2 * inter] from the paired weight (gate_up_fp4: w1's output c at
   // fp4_pair_column(c), w3's 16 columns further).
   const bool paired = expert.gate_up_fp4.packed != nullptr;
-  const std::span<float> gate_up = frame.take<float>(static_cast<size_t>(2 * n * inter_dim_));
-  float* gate = gate_up.data();
-  float* up = paired ? gate + kTileMajorOutputs : gate + n * inter_dim_;
-  if (ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear); paired) {
-    ctx.backend->fp4_gemm(x, expert.gate_up_fp4, gate, ctx.pool);
+  run.gate = frame.take<float>(static_cast<size_t>(2 * n * inter_dim_)).data();
+  run.up = paired ? run.gate + kTileMajorOutputs : run.gate + n * inter_dim_;
+  run.gate_up_stride = paired ? 2 * inter_dim_ : inter_dim_;  // row stride of gate and up
+  run.hidden = frame.take<float>(static_cast<size_t>(n * inter_dim_)).data();
+  run.h_codes = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_)).data();
+  run.h_scales = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_ / 32)).data();
+  run.out = frame.take<float>(static_cast<size_t>(n * dim_)).data();  // [n, dim]
+  return run;
+}
+
+void MoeLayer::gate_up(const ExpertRun& run, const ComputeContext& ctx) const {
+  const ExpertWeights& expert = *run.expert;
+  ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
+  if (expert.gate_up_fp4.packed != nullptr) {
+    ctx.backend->fp4_gemm(run.x, expert.gate_up_fp4, run.gate, ctx.pool);
   } else if (expert.fp4) {
-    ctx.backend->fp4_gemm(x, expert.w1_fp4, gate, ctx.pool);
-    ctx.backend->fp4_gemm(x, expert.w3_fp4, up, ctx.pool);
+    ctx.backend->fp4_gemm(run.x, expert.w1_fp4, run.gate, ctx.pool);
+    ctx.backend->fp4_gemm(run.x, expert.w3_fp4, run.up, ctx.pool);
   } else {
-    ctx.backend->fp8_gemm(x, expert.w1_fp8, gate, ctx.pool);
-    ctx.backend->fp8_gemm(x, expert.w3_fp8, up, ctx.pool);
+    ctx.backend->fp8_gemm(run.x, expert.w1_fp8, run.gate, ctx.pool);
+    ctx.backend->fp8_gemm(run.x, expert.w3_fp8, run.up, ctx.pool);
   }
+}
+
+void MoeLayer::swiglu_quant(const ExpertRun& run, const ComputeContext& ctx) const {
   // hidden [n, inter] = SwiGLU (kernels/swiglu.h: bf16 GEMM outputs, fp32 with the clamps and the routed
   // weight, bf16). Element-wise, so any split over the pool gives the same bits: ranges of elements, so that one
   // token's row (decode) is shared by the threads too.
-  const std::span<float> hidden = frame.take<float>(static_cast<size_t>(n * inter_dim_));
-  const int64_t gate_up_stride = paired ? 2 * inter_dim_ : inter_dim_;  // row stride of gate and up
+  const bool paired = run.expert->gate_up_fp4.packed != nullptr;
+  const int64_t n = static_cast<int64_t>(run.rows.size());
   for_each_element_range(ctx, n, inter_dim_, 64, [&](int64_t i, int64_t begin, int64_t end) {
-    const float w = weighted ? row_weights[static_cast<size_t>(i)] : 1.0f;
+    const float w = run.row_weights.empty() ? 1.0f : run.row_weights[static_cast<size_t>(i)];
     // Columns [c, c_end) of row i; paired, gate and up are contiguous within one 16-output tile only.
     for (int64_t c = begin - i * inter_dim_, c_end = end - i * inter_dim_; c < c_end;) {
-      const int64_t run = paired ? std::min(c_end, (c / kTileMajorOutputs + 1) * kTileMajorOutputs) - c : c_end - c;
-      const int64_t at = i * gate_up_stride + (paired ? fp4_pair_column(c) : c);
-      ctx.backend->swiglu(&gate[at], &up[at], run, swiglu_limit_, w, &hidden[static_cast<size_t>(i * inter_dim_ + c)]);
-      c += run;
+      const int64_t span = paired ? std::min(c_end, (c / kTileMajorOutputs + 1) * kTileMajorOutputs) - c : c_end - c;
+      const int64_t at = i * run.gate_up_stride + (paired ? fp4_pair_column(c) : c);
+      ctx.backend->swiglu(&run.gate[at], &run.up[at], span, swiglu_limit_, w, &run.hidden[i * inter_dim_ + c]);
+      c += span;
     }
   });
-  const std::span<uint8_t> h_codes = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_));        // e4m3
-  const std::span<uint8_t> h_scales = frame.take<uint8_t>(static_cast<size_t>(n * inter_dim_ / 32));  // ue8m0
-  ctx.backend->act_quant(hidden.data(), n, inter_dim_, h_codes.data(), h_scales.data(), ctx.pool);
-  const Fp8Activations h{h_codes.data(), h_scales.data(), n, inter_dim_};
-  const std::span<float> out = frame.take<float>(static_cast<size_t>(n * dim_));  // [n, dim]
-  if (ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear); expert.fp4) {
-    ctx.backend->fp4_gemm(h, expert.w2_fp4, out.data(), ctx.pool);
+  ctx.backend->act_quant(run.hidden, n, inter_dim_, run.h_codes, run.h_scales, ctx.pool);
+}
+
+void MoeLayer::down(const ExpertRun& run, const ComputeContext& ctx) const {
+  ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
+  if (run.expert->fp4) {
+    ctx.backend->fp4_gemm(run.h(inter_dim_), run.expert->w2_fp4, run.out, ctx.pool);
   } else {
-    ctx.backend->fp8_gemm(h, expert.w2_fp8, out.data(), ctx.pool);
+    ctx.backend->fp8_gemm(run.h(inter_dim_), run.expert->w2_fp8, run.out, ctx.pool);
   }
+}
+
+void MoeLayer::add_output(const ExpertRun& run, const ComputeContext& ctx, float* y) const {
   // Each token appears once among an expert's rows, so the rows' sums into y are independent (element-wise).
   // One row (5120) stays on one thread: ~4 us there, ~8 us split over two (the dispatch outweighs it).
+  const int64_t n = static_cast<int64_t>(run.rows.size());
   for_each_element_range(ctx, n, dim_, 8192, [&](int64_t i, int64_t begin, int64_t end) {
-    float* dst = y + rows[static_cast<size_t>(i)] * dim_;
-    const float* src = out.data() + i * dim_;
+    float* dst = y + run.rows[static_cast<size_t>(i)] * dim_;
+    const float* src = run.out + i * dim_;
     for (int64_t c = begin - i * dim_; c < end - i * dim_; ++c) dst[c] += round_to_bf16(src[c]);
   });
+}
+
+void MoeLayer::run_expert(const ExpertRun& run, const ComputeContext& ctx, float* y) const {
+  gate_up(run, ctx);
+  swiglu_quant(run, ctx);
+  down(run, ctx);
+  add_output(run, ctx, y);
+}
+
+void MoeLayer::run_routed_grouped(std::span<const ExpertRun> runs, const ComputeContext& ctx, float* y) const {
+  Arena& frame = ctx.workspace->frame();
+  ArenaScope scope(frame);
+  const std::span<Fp4GemmItem> items = frame.take<Fp4GemmItem>(2 * runs.size());
+  size_t count = 0;
+  for (const ExpertRun& run : runs) {
+    const ExpertWeights& e = *run.expert;
+    if (e.gate_up_fp4.packed != nullptr) {
+      items[count++] = Fp4GemmItem{run.x, e.gate_up_fp4, run.gate};
+    } else {
+      items[count++] = Fp4GemmItem{run.x, e.w1_fp4, run.gate};
+      items[count++] = Fp4GemmItem{run.x, e.w3_fp4, run.up};
+    }
+  }
+  grouped_fp4_gemm(items.first(count), ctx);
+  // One expert's SwiGLU and quantisation per item: inside the job their pool calls run inline.
+  parallel_rows(ctx, static_cast<int64_t>(runs.size()), [&](int64_t begin, int64_t end) {
+    for (int64_t e = begin; e < end; ++e) swiglu_quant(runs[static_cast<size_t>(e)], ctx);
+  });
+  for (size_t e = 0; e < runs.size(); ++e)
+    items[e] = Fp4GemmItem{runs[e].h(inter_dim_), runs[e].expert->w2_fp4, runs[e].out};
+  grouped_fp4_gemm(items.first(runs.size()), ctx);
+  for (const ExpertRun& run : runs) add_output(run, ctx, y);  // ascending expert id: the reference's sum order
 }
 
 void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext& ctx, float* out,
@@ -275,16 +327,31 @@ void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext&
       row_weights[at] = weights[slot];
     }
   }
+  // Decode-sized steps on several threads run the routed experts grouped (when all are MXFP4), their buffers
+  // taken together; others run one expert after another, each GEMM split over the pool on its own and each
+  // expert's buffers given back before the next (a prefill's are large).
+  bool grouped = ctx.pool != nullptr && ctx.pool->num_threads() > 1 && num_tokens <= kGroupedMaxTokens;
+  for (size_t e = 0; e < num_experts; ++e) grouped = grouped && (first[e] == first[e + 1] || experts_[e].fp4);
+  const std::span<ExpertRun> runs = frame.take<ExpertRun>(grouped ? num_experts : 0);
+  size_t num_runs = 0;
   for (size_t e = 0; e < num_experts; ++e) {
     const auto begin = static_cast<size_t>(first[e]), end = static_cast<size_t>(first[e + 1]);
     if (begin == end) continue;
     if (ctx.profile != nullptr) ctx.profile->routed_expert_bytes += expert_bytes(experts_[e], dim_, inter_dim_);
-    run_expert(experts_[e], codes.data(), scales.data(), std::span<const int64_t>(rows).subspan(begin, end - begin),
-               std::span<const float>(row_weights).subspan(begin, end - begin), true, ctx, y.data());
+    const std::span<const int64_t> expert_rows = std::span<const int64_t>(rows).subspan(begin, end - begin);
+    const std::span<const float> expert_weights = std::span<const float>(row_weights).subspan(begin, end - begin);
+    if (grouped) {
+      runs[num_runs++] = prepare_expert(experts_[e], codes.data(), scales.data(), expert_rows, expert_weights, frame);
+      continue;
+    }
+    ArenaScope expert_scope(frame);
+    run_expert(prepare_expert(experts_[e], codes.data(), scales.data(), expert_rows, expert_weights, frame), ctx,
+               y.data());
   }
+  if (grouped) run_routed_grouped(runs.first(num_runs), ctx, y.data());
   const std::span<int64_t> all_rows = frame.take<int64_t>(static_cast<size_t>(num_tokens));
   for (int64_t t = 0; t < num_tokens; ++t) all_rows[static_cast<size_t>(t)] = t;
-  run_expert(shared_, codes.data(), scales.data(), all_rows, {}, false, ctx, y.data());
+  run_expert(prepare_expert(shared_, codes.data(), scales.data(), all_rows, {}, frame), ctx, y.data());
   for (int64_t i = 0; i < num_tokens * dim_; ++i) out[i] = round_to_bf16(y[static_cast<size_t>(i)]);
 }
 

@@ -80,10 +80,35 @@ class MoeLayer {
   int64_t routed_bytes_per_token() const;
 
  private:
-  // Adds w_e * expert(x rows) for one expert into y; rows are the token indices routed to it.
-  void run_expert(const ExpertWeights& expert, const uint8_t* codes, const uint8_t* scales,
-                  std::span<const int64_t> rows, std::span<const float> row_weights, bool weighted,
-                  const ComputeContext& ctx, float* y) const;
+  // One expert's work in a step: its rows (the token indices routed to it) and its buffers, taken from the step's
+  // frame arena by prepare_expert.
+  struct ExpertRun {
+    const ExpertWeights* expert = nullptr;
+    std::span<const int64_t> rows;
+    std::span<const float> row_weights;  // empty when not weighted (the shared expert)
+    Fp8Activations x;          // the rows' act_quant'ed inputs, gathered: [n, dim]
+    float* gate = nullptr;     // w1 x: [n, inter], or with paired weights [n, 2 * inter] holding up too
+    float* up = nullptr;       // w3 x
+    int64_t gate_up_stride = 0;
+    float* hidden = nullptr;   // [n, inter] SwiGLU outputs
+    uint8_t* h_codes = nullptr;   // act_quant'ed hidden: [n, inter] e4m3
+    uint8_t* h_scales = nullptr;  // [n, inter / 32] ue8m0
+    float* out = nullptr;      // w2 h: [n, dim]
+    Fp8Activations h(int64_t inter) const { return {h_codes, h_scales, static_cast<int64_t>(rows.size()), inter}; }
+  };
+  ExpertRun prepare_expert(const ExpertWeights& expert, const uint8_t* codes, const uint8_t* scales,
+                           std::span<const int64_t> rows, std::span<const float> row_weights, Arena& frame) const;
+  void gate_up(const ExpertRun& run, const ComputeContext& ctx) const;  // gate, up
+  void swiglu_quant(const ExpertRun& run, const ComputeContext& ctx) const;  // hidden, h
+  void down(const ExpertRun& run, const ComputeContext& ctx) const;     // out
+  void add_output(const ExpertRun& run, const ComputeContext& ctx, float* y) const;  // y[rows] += bf16(out)
+  // Adds w_e * expert(x rows) for one expert into y.
+  void run_expert(const ExpertRun& run, const ComputeContext& ctx, float* y) const;
+  // The routed experts of a decode-sized step: their GEMMs as two grouped jobs (model/grouped_gemm.h) and their
+  // SwiGLUs as one, where one expert after another would run about four pool jobs each. Same bits.
+  void run_routed_grouped(std::span<const ExpertRun> runs, const ComputeContext& ctx, float* y) const;
+  // Up to this many tokens (decode and batched decode: a few rows per expert) the routed experts run grouped.
+  static constexpr int64_t kGroupedMaxTokens = 16;
 
   int64_t dim_ = 0;
   int64_t inter_dim_ = 0;

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/numa_topology.h"
@@ -163,6 +164,35 @@ TEST(ThreadPool, ParallelForNodesKeepsWorkersToTheirNodesRows) {
       }, grain);
       ASSERT_TRUE(problems.empty()) << "n " << n << ": " << problems.front();
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " index " << i;
+    }
+}
+
+// parallel_for_node_ranges takes the caller's cut instead: the same checks with uneven bounds (node 1's part first
+// empty, then most of it), grains of 1 and 4, one chunk per thread and the default.
+TEST(ThreadPool, ParallelForNodeRangesKeepsWorkersToTheGivenParts) {
+  ThreadPool pool(5, {}, {0, 0, 0, 1, 1});
+  for (int repeat = 0; repeat < 50; ++repeat)
+    for (const auto& [n, grain, bounds] : std::vector<std::tuple<int64_t, int64_t, std::vector<int64_t>>>{
+             {100, 1, {0, 100, 100}}, {100, 1, {0, 10, 100}}, {30, 4, {0, 2, 8}}, {9, 1, {0, 0, 9}}}) {
+      for (int chunks : {1, ThreadPool::kChunksPerThread}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::mutex mutex;
+        std::vector<std::string> problems;
+        pool.parallel_for_node_ranges(n, bounds, [&](int64_t begin, int64_t end, int thread) {
+          int node = -1;
+          for (int k = 0; k < 2; ++k)
+            if (begin >= bounds[static_cast<size_t>(k)] * grain && end <= std::min(n, bounds[static_cast<size_t>(k) + 1] * grain))
+              node = k;
+          if (node < 0 || (thread != 0 && node != (thread < 3 ? 0 : 1))) {
+            std::lock_guard<std::mutex> lock(mutex);
+            problems.push_back("thread " + std::to_string(thread) + " got [" + std::to_string(begin) + ", " +
+                               std::to_string(end) + ")");
+          }
+          for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+        }, grain, chunks);
+        ASSERT_TRUE(problems.empty()) << "n " << n << ": " << problems.front();
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " index " << i;
+      }
     }
 }
 
