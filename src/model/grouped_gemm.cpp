@@ -9,8 +9,9 @@
 namespace dsflash {
 namespace {
 
-// Outputs [first, first + count) of a weight: the same bytes from output `first` on, in either order when first
-// is a multiple of 16 (a tile-major tile's codes and scales are contiguous, kernels/linear.h).
+// Outputs [first, first + count) of a weight: the same bytes from output `first` on, in either order (a tile-major
+// tile's codes and scales are contiguous, kernels/linear.h). first: a multiple of 16 (MXFP4: one scale row per
+// output) or of 32 (FP8: one scale row per 32 outputs).
 Fp4Weight output_slice(const Fp4Weight& w, int64_t first, int64_t count) {
   Fp4Weight slice = w;
   slice.packed = w.packed + first * (w.in / 2);
@@ -18,24 +19,49 @@ Fp4Weight output_slice(const Fp4Weight& w, int64_t first, int64_t count) {
   slice.out = count;
   return slice;
 }
+Fp8Weight output_slice(const Fp8Weight& w, int64_t first, int64_t count) {
+  Fp8Weight slice = w;
+  slice.codes = w.codes + first * w.in;
+  slice.scales = w.scales + first / 32 * ((w.in + 31) / 32);
+  slice.out = count;
+  return slice;
+}
 
-// A run of one item's tiles in the job's index space: node by node, each node's tiles of every item in item order.
+// The outputs a piece of an item is cut in: a tile, or for FP8 two (a scale block).
+int64_t unit_outputs(const GroupedGemmItem& item) { return item.fp8 != nullptr ? 2 * kTileMajorOutputs : kTileMajorOutputs; }
+int64_t outputs_of(const GroupedGemmItem& item) { return item.fp8 != nullptr ? item.fp8->out : item.fp4->out; }
+// Indices of the job per unit, in proportion to the unit's weight bytes (8 KB each, at least one), so that the
+// pool's equal cut of the indices is an equal cut of the bytes read: an FP8 unit is four MXFP4 tiles' worth.
+int64_t unit_weight(const GroupedGemmItem& item) {
+  constexpr int64_t kBytesPerIndex = 8192;
+  const int64_t in = item.fp8 != nullptr ? item.fp8->in : item.fp4->in;
+  const int64_t bytes = item.fp8 != nullptr ? 2 * kTileMajorOutputs * in : kTileMajorOutputs * (in / 2 + in / 32);
+  return std::max<int64_t>(1, bytes / kBytesPerIndex);
+}
+
+// A run of one item's units in the job's index space (node by node, each node's units of every item in item order),
+// unit_weight indices each: a unit belongs to the range its first index falls in.
 struct Piece {
   int64_t flat_begin = 0;  // its first index in the job
-  int64_t tile_begin = 0;  // its first tile in the item's weight
-  int64_t tiles = 0;
+  int64_t unit_begin = 0;  // its first unit in the item's weight
+  int64_t units = 0;
+  int64_t weight = 1;      // indices per unit
   size_t item = 0;
 };
 
-int64_t tiles_of(const Fp4Weight& w) { return (w.out + kTileMajorOutputs - 1) / kTileMajorOutputs; }
+// y [x.rows, count] of the item's outputs [first, first + count), through `pool` (inline inside a job).
+void run_slice(const GroupedGemmItem& item, int64_t first, int64_t count, float* y, const ComputeContext& ctx) {
+  if (item.fp8 != nullptr) ctx.backend->fp8_gemm(item.x, output_slice(*item.fp8, first, count), y, ctx.pool);
+  else ctx.backend->fp4_gemm(item.x, output_slice(*item.fp4, first, count), y, ctx.pool);
+}
 
 }  // namespace
 
-void grouped_fp4_gemm(std::span<const Fp4GemmItem> items, const ComputeContext& ctx) {
+void grouped_gemm(std::span<const GroupedGemmItem> items, const ComputeContext& ctx) {
   ThreadPool* pool = ctx.pool;
   ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
   if (pool == nullptr || pool->num_threads() == 1 || items.size() < 2) {
-    for (const Fp4GemmItem& item : items) ctx.backend->fp4_gemm(item.x, item.w, item.y, pool);
+    for (const GroupedGemmItem& item : items) run_slice(item, 0, outputs_of(item), item.y, ctx);
     return;
   }
   Workspace own;  // only where the caller has none (holds no memory until used)
@@ -51,42 +77,48 @@ void grouped_fp4_gemm(std::span<const Fp4GemmItem> items, const ComputeContext& 
     node_bounds[static_cast<size_t>(k)] = flat;
     for (size_t i = 0; i < items.size(); ++i) {
       most_rows = std::max(most_rows, items[i].x.rows);
-      // Node k's tiles of this weight, as parallel_for_nodes(tiles, ...) gives them to node k alone.
-      const RowRange range = node_row_range(tiles_of(items[i].w), pool->node_first_thread(), k);
+      // Node k's units of this weight, as parallel_for_nodes(units, ...) gives them to node k alone.
+      const int64_t units = (outputs_of(items[i]) + unit_outputs(items[i]) - 1) / unit_outputs(items[i]);
+      const RowRange range = node_row_range(units, pool->node_first_thread(), k);
       if (range.end <= range.begin) continue;
-      pieces[num_pieces++] = Piece{flat, range.begin, range.end - range.begin, i};
-      flat += range.end - range.begin;
+      const int64_t weight = unit_weight(items[i]);
+      pieces[num_pieces++] = Piece{flat, range.begin, range.end - range.begin, weight, i};
+      flat += (range.end - range.begin) * weight;
     }
   }
   node_bounds[static_cast<size_t>(nodes)] = flat;
   const std::span<const Piece> all = pieces.first(num_pieces);
 
-  // Tiles [begin, end) of the job (any range: a thread's chunk, or all of it when run inline).
+  // The units whose first index lies in [begin, end) (any range: a thread's chunk, or all of it when run inline).
   auto body = [&](int64_t begin, int64_t end, int thread) {
     auto piece = std::upper_bound(all.begin(), all.end(), begin,
                                   [](int64_t at, const Piece& p) { return at < p.flat_begin; }) - 1;
     for (; piece != all.end() && piece->flat_begin < end; ++piece) {
-      const int64_t lo = std::max(begin, piece->flat_begin), hi = std::min(end, piece->flat_begin + piece->tiles);
+      // Units [lo, hi) of the piece: ceil((begin - flat_begin) / weight) up to ceil((end - flat_begin) / weight).
+      const auto first_unit_at = [&](int64_t at) {
+        return std::clamp<int64_t>((at - piece->flat_begin + piece->weight - 1) / piece->weight, 0, piece->units);
+      };
+      const int64_t lo = first_unit_at(begin), hi = first_unit_at(end);
       if (lo >= hi) continue;
-      const Fp4GemmItem& item = items[piece->item];
-      const int64_t first = (piece->tile_begin + lo - piece->flat_begin) * kTileMajorOutputs;
-      const int64_t count = std::min(item.w.out, (piece->tile_begin + hi - piece->flat_begin) * kTileMajorOutputs) - first;
-      const Fp4Weight slice = output_slice(item.w, first, count);
+      const GroupedGemmItem& item = items[piece->item];
+      const int64_t unit = unit_outputs(item), out = outputs_of(item);
+      const int64_t first = (piece->unit_begin + lo) * unit;
+      const int64_t count = std::min(out, (piece->unit_begin + hi) * unit) - first;
       // Inside the job the kernel's own pool calls run inline on this thread, with its scratch.
       if (item.x.rows == 1) {
-        ctx.backend->fp4_gemm(item.x, slice, item.y + first, pool);
+        run_slice(item, first, count, item.y + first, ctx);
         continue;
       }
       ThreadScratch scratch(pool, thread);
       const std::span<float> part = scratch.take<float>(static_cast<size_t>(item.x.rows * count));  // [rows, count]
-      ctx.backend->fp4_gemm(item.x, slice, part.data(), pool);
+      run_slice(item, first, count, part.data(), ctx);
       for (int64_t r = 0; r < item.x.rows; ++r) {
-        std::memcpy(item.y + r * item.w.out + first, part.data() + r * count, static_cast<size_t>(count) * sizeof(float));
+        std::memcpy(item.y + r * out + first, part.data() + r * count, static_cast<size_t>(count) * sizeof(float));
       }
     }
   };
-  // One contiguous run of tiles per thread where the GEMMs are weight reads (decode's few rows), as the kernels
-  // cut one GEMM; a few per thread otherwise, to rebalance.
+  // One contiguous run per thread where the GEMMs are weight reads (decode's few rows), as the kernels cut one
+  // GEMM; a few per thread otherwise, to rebalance.
   const int chunks_per_thread = most_rows <= 4 ? 1 : ThreadPool::kChunksPerThread;
   pool->parallel_for_node_ranges(flat, node_bounds, body, 1, chunks_per_thread);
 }

@@ -256,29 +256,35 @@ void MoeLayer::run_expert(const ExpertRun& run, const ComputeContext& ctx, float
   add_output(run, ctx, y);
 }
 
-void MoeLayer::run_routed_grouped(std::span<const ExpertRun> runs, const ComputeContext& ctx, float* y) const {
+void MoeLayer::run_grouped(std::span<const ExpertRun> runs, const ComputeContext& ctx, float* y) const {
   Arena& frame = ctx.workspace->frame();
   ArenaScope scope(frame);
-  const std::span<Fp4GemmItem> items = frame.take<Fp4GemmItem>(2 * runs.size());
+  const std::span<GroupedGemmItem> items = frame.take<GroupedGemmItem>(2 * runs.size());
   size_t count = 0;
   for (const ExpertRun& run : runs) {
     const ExpertWeights& e = *run.expert;
     if (e.gate_up_fp4.packed != nullptr) {
-      items[count++] = Fp4GemmItem{run.x, e.gate_up_fp4, run.gate};
+      items[count++] = GroupedGemmItem{run.x, nullptr, &e.gate_up_fp4, run.gate};
+    } else if (e.fp4) {
+      items[count++] = GroupedGemmItem{run.x, nullptr, &e.w1_fp4, run.gate};
+      items[count++] = GroupedGemmItem{run.x, nullptr, &e.w3_fp4, run.up};
     } else {
-      items[count++] = Fp4GemmItem{run.x, e.w1_fp4, run.gate};
-      items[count++] = Fp4GemmItem{run.x, e.w3_fp4, run.up};
+      items[count++] = GroupedGemmItem{run.x, &e.w1_fp8, nullptr, run.gate};
+      items[count++] = GroupedGemmItem{run.x, &e.w3_fp8, nullptr, run.up};
     }
   }
-  grouped_fp4_gemm(items.first(count), ctx);
+  grouped_gemm(items.first(count), ctx);
   // One expert's SwiGLU and quantisation per item: inside the job their pool calls run inline.
   parallel_rows(ctx, static_cast<int64_t>(runs.size()), [&](int64_t begin, int64_t end) {
     for (int64_t e = begin; e < end; ++e) swiglu_quant(runs[static_cast<size_t>(e)], ctx);
   });
-  for (size_t e = 0; e < runs.size(); ++e)
-    items[e] = Fp4GemmItem{runs[e].h(inter_dim_), runs[e].expert->w2_fp4, runs[e].out};
-  grouped_fp4_gemm(items.first(runs.size()), ctx);
-  for (const ExpertRun& run : runs) add_output(run, ctx, y);  // ascending expert id: the reference's sum order
+  for (size_t e = 0; e < runs.size(); ++e) {
+    const ExpertWeights& w = *runs[e].expert;
+    items[e] = GroupedGemmItem{runs[e].h(inter_dim_), w.fp4 ? nullptr : &w.w2_fp8, w.fp4 ? &w.w2_fp4 : nullptr,
+                               runs[e].out};
+  }
+  grouped_gemm(items.first(runs.size()), ctx);
+  for (const ExpertRun& run : runs) add_output(run, ctx, y);  // in the runs' order: the reference's sum order
 }
 
 void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext& ctx, float* out,
@@ -327,12 +333,11 @@ void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext&
       row_weights[at] = weights[slot];
     }
   }
-  // Decode-sized steps on several threads run the routed experts grouped (when all are MXFP4), their buffers
-  // taken together; others run one expert after another, each GEMM split over the pool on its own and each
-  // expert's buffers given back before the next (a prefill's are large).
-  bool grouped = ctx.pool != nullptr && ctx.pool->num_threads() > 1 && num_tokens <= kGroupedMaxTokens;
-  for (size_t e = 0; e < num_experts; ++e) grouped = grouped && (first[e] == first[e + 1] || experts_[e].fp4);
-  const std::span<ExpertRun> runs = frame.take<ExpertRun>(grouped ? num_experts : 0);
+  // Decode-sized steps on several threads run every expert grouped (run_grouped), their buffers taken together;
+  // others run one expert after another, each GEMM split over the pool on its own and each expert's buffers given
+  // back before the next (a prefill's are large). Either way the routed experts in ascending id, then the shared one.
+  const bool grouped = ctx.pool != nullptr && ctx.pool->num_threads() > 1 && num_tokens <= kGroupedMaxTokens;
+  const std::span<ExpertRun> runs = frame.take<ExpertRun>(grouped ? num_experts + 1 : 0);
   size_t num_runs = 0;
   for (size_t e = 0; e < num_experts; ++e) {
     const auto begin = static_cast<size_t>(first[e]), end = static_cast<size_t>(first[e + 1]);
@@ -348,10 +353,15 @@ void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext&
     run_expert(prepare_expert(experts_[e], codes.data(), scales.data(), expert_rows, expert_weights, frame), ctx,
                y.data());
   }
-  if (grouped) run_routed_grouped(runs.first(num_runs), ctx, y.data());
   const std::span<int64_t> all_rows = frame.take<int64_t>(static_cast<size_t>(num_tokens));
   for (int64_t t = 0; t < num_tokens; ++t) all_rows[static_cast<size_t>(t)] = t;
-  run_expert(prepare_expert(shared_, codes.data(), scales.data(), all_rows, {}, frame), ctx, y.data());
+  const ExpertRun shared = prepare_expert(shared_, codes.data(), scales.data(), all_rows, {}, frame);
+  if (grouped) {
+    runs[num_runs++] = shared;
+    run_grouped(runs.first(num_runs), ctx, y.data());
+  } else {
+    run_expert(shared, ctx, y.data());
+  }
   for (int64_t i = 0; i < num_tokens * dim_; ++i) out[i] = round_to_bf16(y[static_cast<size_t>(i)]);
 }
 

@@ -104,10 +104,10 @@ class MoeLayer {
   void add_output(const ExpertRun& run, const ComputeContext& ctx, float* y) const;  // y[rows] += bf16(out)
   // Adds w_e * expert(x rows) for one expert into y.
   void run_expert(const ExpertRun& run, const ComputeContext& ctx, float* y) const;
-  // The routed experts of a decode-sized step: their GEMMs as two grouped jobs (model/grouped_gemm.h) and their
-  // SwiGLUs as one, where one expert after another would run about four pool jobs each. Same bits.
-  void run_routed_grouped(std::span<const ExpertRun> runs, const ComputeContext& ctx, float* y) const;
-  // Up to this many tokens (decode and batched decode: a few rows per expert) the routed experts run grouped.
+  // Adds every run's output into y, in the runs' order: their GEMMs as two grouped jobs (model/grouped_gemm.h) and
+  // their SwiGLUs as one, where one expert after another runs about four pool jobs each. Same bits.
+  void run_grouped(std::span<const ExpertRun> runs, const ComputeContext& ctx, float* y) const;
+  // Up to this many tokens (decode and batched decode: a few rows per expert) the experts run grouped.
   static constexpr int64_t kGroupedMaxTokens = 16;
 
   int64_t dim_ = 0;
