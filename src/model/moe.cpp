@@ -336,7 +336,8 @@ void MoeLayer::forward(const float* x, int64_t num_tokens, const ComputeContext&
   // Decode-sized steps on several threads run every expert grouped (run_grouped), their buffers taken together;
   // others run one expert after another, each GEMM split over the pool on its own and each expert's buffers given
   // back before the next (a prefill's are large). Either way the routed experts in ascending id, then the shared one.
-  const bool grouped = ctx.pool != nullptr && ctx.pool->num_threads() > 1 && num_tokens <= kGroupedMaxTokens;
+  const bool grouped =
+      ctx.pool != nullptr && ctx.pool->num_threads() > 1 && num_tokens * (top_k_ + 1) <= kGroupedMaxRows;
   const std::span<ExpertRun> runs = frame.take<ExpertRun>(grouped ? num_experts + 1 : 0);
   size_t num_runs = 0;
   for (size_t e = 0; e < num_experts; ++e) {

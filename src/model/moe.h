@@ -107,8 +107,9 @@ class MoeLayer {
   // Adds every run's output into y, in the runs' order: their GEMMs as two grouped jobs (model/grouped_gemm.h) and
   // their SwiGLUs as one, where one expert after another runs about four pool jobs each. Same bits.
   void run_grouped(std::span<const ExpertRun> runs, const ComputeContext& ctx, float* y) const;
-  // Up to this many tokens (decode and batched decode: a few rows per expert) the experts run grouped.
-  static constexpr int64_t kGroupedMaxTokens = 16;
+  // Up to this many expert rows (tokens x (top-k + 1): decode, batched decode, short prefill chunks) the experts run
+  // grouped; their buffers, held together, are then at most ~28 MB at V4.1's dims (about 56 KB per row).
+  static constexpr int64_t kGroupedMaxRows = 512;
 
   int64_t dim_ = 0;
   int64_t inter_dim_ = 0;

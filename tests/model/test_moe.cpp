@@ -66,9 +66,11 @@ void check_moe(const std::string& model, const std::string& phase, bool referenc
   EXPECT_LT(worst_out, 0.01f);
 }
 
-// The element-wise steps (SwiGLU, the sum into the output) split one token's row over the pool's threads: any
-// pool gives the bits of no pool, for one token (decode) and several (prefill).
-void check_pool_bits(const std::string& model, const std::string& phase) {
+// The element-wise steps (SwiGLU, the sum into the output) split one token's row over the pool's threads, and up
+// to a few hundred expert rows the experts run grouped (MoeLayer::run_grouped), past that one after another: any
+// pool gives the bits of no pool, for one token (decode), several (prefill), and the prefill's rows repeated to
+// 300 tokens (past the grouped bound whatever the top-k).
+void check_pool_bits(const std::string& model, const std::string& phase, int64_t repeat_to = 0) {
   if (!testing::goldens_present()) GTEST_SKIP() << "goldens not found under " << testing::goldens_dir();
   auto checkpoint = Checkpoint::open(testing::golden_checkpoint_dir(model));
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
@@ -78,8 +80,12 @@ void check_pool_bits(const std::string& model, const std::string& phase) {
   if (golden->find(l + "ffn_in") == nullptr) GTEST_SKIP() << model << " has no " << l << "ffn_in";
   auto moe = MoeLayer::bind(*checkpoint, "layers.0.ffn", 0);
   ASSERT_TRUE(moe.ok()) << moe.status().message();
-  const auto x = to_f32(golden->find(l + "ffn_in"));
-  const int64_t tokens = static_cast<int64_t>(x.size()) / checkpoint->config().dim;
+  std::vector<float> x = to_f32(golden->find(l + "ffn_in"));
+  const int64_t dim = checkpoint->config().dim;
+  for (size_t golden_values = x.size(); static_cast<int64_t>(x.size()) < repeat_to * dim;) {
+    x.push_back(x[x.size() % golden_values]);
+  }
+  const int64_t tokens = static_cast<int64_t>(x.size()) / dim;
   auto run = [&](ThreadPool* pool) {
     std::vector<float> out(x.size());
     moe->forward(x.data(), tokens, ComputeContext::for_backend(best_backend(), pool), out.data());
@@ -95,8 +101,10 @@ void check_pool_bits(const std::string& model, const std::string& phase) {
 }
 
 TEST(MoeGolden, PoolGivesTheBitsOfNoPool) {
-  for (const char* model : {"tiny-a", "tiny-b"})
+  for (const char* model : {"tiny-a", "tiny-b"}) {
     for (const char* phase : {"decode", "prefill"}) check_pool_bits(model, phase);
+    check_pool_bits(model, "prefill", 300);
+  }
 }
 
 TEST(MoeGolden, TinyAPrefillReference) { check_moe("tiny-a", "prefill", true); }
