@@ -72,11 +72,9 @@ void grouped_gemm(std::span<const GroupedGemmItem> items, const ComputeContext& 
   const std::span<int64_t> node_bounds = frame.take<int64_t>(static_cast<size_t>(nodes) + 1);
   size_t num_pieces = 0;
   int64_t flat = 0;
-  int64_t most_rows = 0;
   for (int k = 0; k < nodes; ++k) {
     node_bounds[static_cast<size_t>(k)] = flat;
     for (size_t i = 0; i < items.size(); ++i) {
-      most_rows = std::max(most_rows, items[i].x.rows);
       // Node k's units of this weight, as parallel_for_nodes(units, ...) gives them to node k alone.
       const int64_t units = (outputs_of(items[i]) + unit_outputs(items[i]) - 1) / unit_outputs(items[i]);
       const RowRange range = node_row_range(units, pool->node_first_thread(), k);
@@ -119,6 +117,8 @@ void grouped_gemm(std::span<const GroupedGemmItem> items, const ComputeContext& 
   };
   // One contiguous run per thread where the GEMMs are weight reads (decode's few rows), as the kernels cut one
   // GEMM; a few per thread otherwise, to rebalance.
+  int64_t most_rows = 0;
+  for (const GroupedGemmItem& item : items) most_rows = std::max(most_rows, item.x.rows);
   const int chunks_per_thread = most_rows <= 4 ? 1 : ThreadPool::kChunksPerThread;
   pool->parallel_for_node_ranges(flat, node_bounds, body, 1, chunks_per_thread);
 }
