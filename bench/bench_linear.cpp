@@ -102,6 +102,7 @@ struct WeightCopy {
   HugePageBuffer data;
   uint8_t* scales = nullptr;
   bool may_hold_nan = true;  // FP8: false once the tile-major copy found no NaN code, as at load
+  std::vector<uint8_t> plain_code_blocks;  // FP8 tile-major: Fp8Weight::plain_code_blocks, as at load
 };
 
 HugePageBuffer huge_bytes(int64_t n) {
@@ -162,11 +163,20 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
       const int64_t scales_at = (n + 63) / 64 * 64;
       w[c].data = huge_bytes(scales_at + ns);
       fill_random(w[c].data.data(), static_cast<size_t>(n), 1000 + c, fp8 ? 0x77 : 0xff);
+      if (fp8)  // Subnormal codes as rare as in normal-like trained weights (~1e-4): ~5% of the 512-code blocks
+        for (int64_t i = 0; i < n; ++i) {
+          uint8_t& code = w[c].data.data()[i];
+          if ((code & 0x78) == 0) code = i % 9973 == 0 ? 0x01 : static_cast<uint8_t>(code | 0x08);
+        }
       w[c].scales = w[c].data.data() + scales_at;
       std::fill_n(w[c].scales, ns, uint8_t{120});
       if (tile_major) {
         const std::vector<uint8_t> row_major(w[c].data.data(), w[c].data.data() + n);
-        if (fp8) w[c].may_hold_nan = repack_fp8_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data());
+        if (fp8) {
+          w[c].plain_code_blocks.resize(static_cast<size_t>(fp8_plain_code_block_count(shape.out, shape.in)));
+          w[c].may_hold_nan = repack_fp8_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data(), nullptr,
+                                                    w[c].plain_code_blocks.data());
+        }
         else {
           repack_fp4_tile_major(row_major.data(), shape.out, shape.in, w[c].data.data());
           const std::vector<uint8_t> scales(w[c].scales, w[c].scales + ns);  // all equal here, moved anyway as the engine does
@@ -203,21 +213,23 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   LinearKernels by_group = *kernels;  // one fp8_as_bf16_gemm per group (the fallback of tables without their own)
   by_group.fp8_as_bf16_grouped_gemm = nullptr;
 
+  auto fp8_weight = [&](const WeightCopy& wc) {
+    Fp8Weight weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major, wc.may_hold_nan};
+    if (!wc.plain_code_blocks.empty()) weight.plain_code_blocks = wc.plain_code_blocks.data();
+    return weight;
+  };
   auto call = [&](const WeightCopy& wc) {
     switch (shape.format) {
       case Format::kFp8:
-        kernels->fp8_gemm(x, Fp8Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major, wc.may_hold_nan},
-                          y.data(), &pool);
+        kernels->fp8_gemm(x, fp8_weight(wc), y.data(), &pool);
         break;
       case Format::kFp4:
         kernels->fp4_gemm(x, Fp4Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major}, y.data(),
                           &pool);
         break;
       case Format::kFp8AsBf16:
-        fp8_as_bf16_grouped_gemm(
-            x_f32.data(), rows, shape.groups,
-            Fp8Weight{wc.data.data(), wc.scales, shape.out, shape.in, tile_major, wc.may_hold_nan}, y.data(),
-            shape.by_group ? by_group : *kernels, &pool);
+        fp8_as_bf16_grouped_gemm(x_f32.data(), rows, shape.groups, fp8_weight(wc), y.data(),
+                                 shape.by_group ? by_group : *kernels, &pool);
         break;
       case Format::kBf16:
       case Format::kBf16Fp32x: {

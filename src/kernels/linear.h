@@ -62,9 +62,15 @@ inline int64_t fp4_scale_index(int64_t o, int64_t b, int64_t kb, bool tile_major
 }
 // Writes a row-major weight into `tile_major` (the same number of bytes, not overlapping), tiles split over the
 // pool (nullptr: this thread). Precondition: tile_major_possible(out, in). FP8: returns whether any code is a NaN
-// (0x7f / 0xff), checked on each tile as it is written (Fp8Weight::may_hold_nan).
+// (0x7f / 0xff), checked on each tile as it is written (Fp8Weight::may_hold_nan), and fills `plain_code_blocks`
+// (fp8_plain_code_block_count bytes, see Fp8Weight) unless it is nullptr.
 bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
-                           ThreadPool* pool = nullptr);
+                           ThreadPool* pool = nullptr, uint8_t* plain_code_blocks = nullptr);
+// Subnormal (exponent field 0, mantissa not 0) or NaN (0x7f / 0xff): the e4m3 codes whose bf16 bits a 64-entry
+// table on 6 of their 7 magnitude bits cannot give (Fp8Weight::plain_code_blocks).
+inline bool fp8_code_is_subnormal_or_nan(uint8_t c) { return ((c & 0x78) == 0 && (c & 0x07) != 0) || (c & 0x7f) == 0x7f; }
+// Bytes of Fp8Weight::plain_code_blocks for a weight [out, in]: one per 16-output tile and 32-k block.
+inline int64_t fp8_plain_code_block_count(int64_t out, int64_t in) { return out / kTileMajorOutputs * (in / 32); }
 void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
                            ThreadPool* pool = nullptr);
 // FP4 scales [out, in/32] -> the tile-major order above (out * in/32 bytes), split like the codes.
@@ -81,7 +87,24 @@ struct Fp8Weight {
   // False when no code is a NaN (0x7f / 0xff), as the load-time tile-major copy finds out (repack_fp8_tile_major):
   // kernels whose fast paths would turn NaN codes into numbers then skip looking for them.
   bool may_hold_nan = true;
+  // Tile-major only: [out/16, in/32], 1 where the tile's block (its 512 codes) holds no subnormal and no NaN code
+  // (fp8_code_is_subnormal_or_nan), as the load-time copy finds out. The AVX-512 kernels of 2 or more rows decode
+  // such blocks with two 64-entry byte lookups (vpermb) instead of two 128-entry ones (vpermt2b, about twice the
+  // shuffle port's time each); the same bits either way. nullptr: every block takes the 128-entry lookups. (An
+  // estimate, not a measurement of released weights: normal-like weights quantised per 32x32 block put a subnormal,
+  // |w| below ~5e-5 of the block's largest, in roughly one 512-code block in 15.)
+  const uint8_t* plain_code_blocks = nullptr;
 };
+// Outputs [first, first + count) of w, the same bytes from output `first` on in either order (a tile-major tile's
+// codes are contiguous), with their scales and block flags. first: a multiple of 32 (one scale row per 32 outputs).
+inline Fp8Weight fp8_output_slice(const Fp8Weight& w, int64_t first, int64_t count) {
+  Fp8Weight slice = w;
+  slice.codes = w.codes + first * w.in;
+  slice.scales = w.scales + first / 32 * ((w.in + 31) / 32);
+  if (w.plain_code_blocks != nullptr) slice.plain_code_blocks = w.plain_code_blocks + first / kTileMajorOutputs * (w.in / 32);
+  slice.out = count;
+  return slice;
+}
 // Output o's block b (32 codes, k order) in row-major bytes: a pointer into the weight when it is row-major,
 // else `scratch` after gathering them.
 const uint8_t* fp8_block_codes(const Fp8Weight& w, int64_t o, int64_t b, uint8_t (&scratch)[32]);

@@ -54,6 +54,13 @@ const Avx512Tables& avx512_tables() {
       a.fp8_hi[c] = static_cast<uint8_t>(t.e4m3_bf16[c] >> 8);
       a.fp8_words[c] = t.e4m3_bf16[c];
     }
+    // Entry i: a zero or normal code with those 6 bits. Low bytes: exponent 1..7 as it is, else exponent + 8
+    // (code 0 -> 64, e8 m0: low byte 0 as zero's). High bytes: code 2i, whose high byte every code of that
+    // exponent shares (entries 1-3 would be subnormals: never looked up).
+    for (int i = 0; i < 64; ++i) {
+      a.fp8_plain_lo[i] = a.fp8_lo[(i & 0x38) != 0 ? i : i | 0x40];
+      a.fp8_plain_hi[i] = a.fp8_hi[2 * i];
+    }
     for (int c = 0; c < 32; ++c) a.fp4[c] = t.e2m1_bf16[c % 16];
     for (int c = 0; c < 16; ++c) {
       const uint32_t bits = static_cast<uint32_t>(t.e2m1_bf16[c]) << 16;
@@ -341,8 +348,9 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
   const __m512i hi0 = _mm512_load_si512(at.fp8_hi), hi1 = _mm512_load_si512(at.fp8_hi + 64);
   const __m512i fp4_gather = _mm512_load_si512(at.fp4_gather);
   const __m512i fp4_lo = _mm512_load_si512(at.fp4_lo), fp4_hi = _mm512_load_si512(at.fp4_hi);
-  __m512i tiled_tables[4];
+  __m512i tiled_tables[4], plain_tables[2];
   load_tiled_tables<kFp4>(tiled_tables);
+  load_plain_fp8_tables(plain_tables);
   const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
   const int64_t block_bytes = kFp4 ? 16 : 32;
   const int64_t blocks_per_line = 64 / block_bytes;
@@ -391,15 +399,18 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
           const int64_t chunk_bytes = kTiledVectors<kFp4> * kTileMajorVectorBytes * kBlocksPerChunk;
           const uint8_t* src = g.w + (tile + t) * kTile * row_bytes + b0 * kTiledVectors<kFp4> * kTileMajorVectorBytes;
           const bool prefetch = kAmx && b0 + kBlocksPerChunk < g.kb;
-          for (int b = 0; b < nb; ++b)
+          for (int b = 0; b < nb; ++b) {
+            const bool plain = !kFp4 && kAvx512Vbmi && g.plain_block(tile + t, b0 + b);
             for (int v = 0; v < kTiledVectors<kFp4>; ++v) {
               const uint8_t* vector = src + (b * kTiledVectors<kFp4> + v) * kTileMajorVectorBytes;
               if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(vector + chunk_bytes), _MM_HINT_T0);
               __m512i w[kTiledPairs<kFp4>];
-              tiled_pairs<kFp4>(vector, tiled_tables, w);
+              if (plain) tiled_plain_fp8_pairs(vector, plain_tables, w);
+              else tiled_pairs<kFp4>(vector, tiled_tables, w);
               for (int p = 0; p < kTiledPairs<kFp4>; ++p)
                 _mm512_store_si512(scratch[t] + 16 * b + kTiledPairs<kFp4> * v + p, w[p]);
             }
+          }
           continue;
         }
         if constexpr (kAvx512Vbmi) {  // row-major weights (the VBMI-free copy hands them to the avx2 table)
@@ -583,7 +594,8 @@ struct NaturalActivations {
 // paths use vdpbf16ps). The bf16-free copy (!kAvx512Bf16) multiplies with FMAs everywhere.
 template <bool kFp4, bool kAmx = false>
 void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w_scales, int64_t out, int64_t in,
-                    bool tile_major, float* y, ThreadPool* pool, RowsMultiply multiply = RowsMultiply::kBf16Dot) {
+                    bool tile_major, float* y, ThreadPool* pool, RowsMultiply multiply = RowsMultiply::kBf16Dot,
+                    const uint8_t* plain_code_blocks = nullptr) {
   static_assert(!(kFp4 && kAmx));
   static_assert(kAvx512Bf16 || !kAmx);
   if (x.rows <= 0 || out <= 0) return;
@@ -591,6 +603,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   g.tile_major = tile_major;
   g.w = w;
   g.w_scales = w_scales;
+  g.plain_code_blocks = tile_major ? plain_code_blocks : nullptr;
   g.out = out;
   g.in = in;
   g.kb = in / 32;
@@ -610,6 +623,7 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   auto in_group = [&](GemmArgs a, int64_t group) {
     a.w += group * group_out * (kFp4 ? in / 2 : in);
     a.w_scales += kFp4 ? group * group_out * g.kb : group * group_out / 32 * g.kb;  // FP8: whole 32-row blocks
+    if (a.plain_code_blocks != nullptr) a.plain_code_blocks += group * group_out / kTile * g.kb;
     if (a.act != nullptr) a.act += group * x.rows * in;
     if (a.act_f32 != nullptr) a.act_f32 += group * x.rows * in;
     a.y += group * x.rows * group_out;
@@ -824,7 +838,7 @@ template <RowsMultiply kMultiply>
 void fp8_gemm_avx512(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
   if (!kAvx512Vbmi && !w.tile_major) return avx2_kernels()->fp8_gemm(x, w, y, pool);
   run_block_gemm<false>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.codes, w.scales, w.out, w.in,
-                        w.tile_major, y, pool, kMultiply);
+                        w.tile_major, y, pool, kMultiply, w.plain_code_blocks);
 }
 
 template <RowsMultiply kMultiply>
@@ -844,7 +858,7 @@ void fp8_as_bf16_gemm_avx512(const float* x, int64_t rows, const Fp8Weight& w, f
     return;
   }
   run_block_gemm<false>(GemmActivations{nullptr, x, nullptr, rows, w.in}, w.codes, w.scales, w.out, w.in,
-                        w.tile_major, y, pool, kMultiply);
+                        w.tile_major, y, pool, kMultiply, w.plain_code_blocks);
 }
 
 // All groups in one pass over the pool (run_block_gemm's groups), with fp8_as_bf16_gemm_avx512's bits per group.
@@ -858,13 +872,14 @@ void fp8_as_bf16_grouped_gemm_avx512(const float* x, int64_t rows, int64_t group
   }
   GemmActivations activations{nullptr, x, nullptr, rows, w.in};
   activations.groups = groups;
-  run_block_gemm<false>(activations, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool, kMultiply);
+  run_block_gemm<false>(activations, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool, kMultiply,
+                        w.plain_code_blocks);
 }
 
 #if !DSFLASH_AVX512_NO_BF16
 void fp8_gemm_amx(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
   run_block_gemm<false, true>(GemmActivations{&x, nullptr, x.scales, x.rows, x.k}, w.codes, w.scales, w.out, w.in,
-                              w.tile_major, y, pool);
+                              w.tile_major, y, pool, RowsMultiply::kBf16Dot, w.plain_code_blocks);
 }
 #endif
 

@@ -288,7 +288,9 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
     // would wait ~6 cycles per pair on the previous vdpbf16ps).
     // pieces: 2 or 3 where every row's NB blocks take the integers (exact_fp4_partials with that many byte pieces),
     // 0 where they take the chain.
-    auto blocks = [&]<int NB>(int64_t b, int pieces) DSFLASH_AVX512 {
+    // kPlain: FP8 blocks that all hold only zero and normal codes (Fp8Weight::plain_code_blocks), decoded from the
+    // 64-entry tables.
+    auto blocks_of = [&]<int NB, bool kPlain>(int64_t b, int pieces) DSFLASH_AVX512 {
       // In a tile's last kAhead bytes, each stream prefetches the start of the tile it reads next (NT tiles
       // on, the next call's), so that the next call's streams do not start cold.
       constexpr int64_t kAhead = kTiledPrefetchBytes;
@@ -298,6 +300,8 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       for (int n = 0; n < NB; ++n)
         for (int r = 0; r < R; ++r)
           for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_setzero_ps();
+      __m512i plain_tables[2];
+      if constexpr (kPlain) load_plain_fp8_tables(plain_tables);
       auto exact = [&]<int P>() DSFLASH_AVX512 {
         // (Without VNNI no block is given pieces: run_block_gemm leaves exact_piece_counts unset.)
         if constexpr (kFp4 && kAvx512Vnni)
@@ -318,6 +322,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
               const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
               _mm_prefetch(reinterpret_cast<const char*>(vector + prefetch_bytes), _MM_HINT_T0);
               if constexpr (kFp4) src[t][0] = _mm512_loadu_si512(vector);
+              else if constexpr (kPlain) tiled_plain_fp8_pairs(vector, plain_tables, src[t]);
               else tiled_pairs<false>(vector, tables, src[t]);
             }
             auto pair = [&]<int q>() DSFLASH_AVX512 {
@@ -351,7 +356,8 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
             for (int t = 0; t < NT; ++t) {
               const uint8_t* vector = w + t * tile_bytes + (b + n) * kBlockBytes + v * kTileMajorVectorBytes;
               _mm_prefetch(reinterpret_cast<const char*>(vector + prefetch_bytes), _MM_HINT_T0);
-              tiled_pairs<kFp4>(vector, tables, pairs[t]);
+              if constexpr (kPlain) tiled_plain_fp8_pairs(vector, plain_tables, pairs[t]);
+              else tiled_pairs<kFp4>(vector, tables, pairs[t]);
             }
             for (int p = 0; p < kPairs; ++p)
               for (int r = 0; r < R; ++r) {
@@ -374,6 +380,18 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
             y[r][t] = _mm512_add_ps(y[r][t], _mm512_mul_ps(_mm512_mul_ps(acc[n][r][t], sa), w_scale[t]));
         }
       }
+    };
+    // Blocks [b, b + NB) of the NT tiles, from the 64-entry tables where every one of them allows it. One row keeps
+    // the 128-entry ones (its loop is not bound by the conversion): with a choice per block and tile inside the loops
+    // it lost (bench_linear avx512 wo_b tiled rows:1, 2 threads, alternated 3x: 0.99 -> 0.96-0.97 of the read).
+    auto blocks = [&]<int NB>(int64_t b, int pieces) DSFLASH_AVX512 {
+      if constexpr (!kFp4 && kAvx512Vbmi && R > 1) {
+        bool plain = g.plain_code_blocks != nullptr;
+        for (int n = 0; n < NB && plain; ++n)
+          for (int t = 0; t < NT && plain; ++t) plain = g.plain_block(tile + t, b + n);
+        if (plain) return blocks_of.template operator()<NB, true>(b, pieces);
+      }
+      blocks_of.template operator()<NB, false>(b, pieces);
     };
     // Four tiles: one MXFP4 row two blocks at once (4 x 4 partials and the integer sums in registers; four would
     // spill them), several rows one. One FP8 row with FMAs (the bf16-free table) also two: with four, the 16

@@ -35,8 +35,10 @@ void for_each_tile(int64_t out, ThreadPool* pool, const Tile& tile) {
 }
 }  // namespace
 
-bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool) {
+bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool,
+                           uint8_t* plain_code_blocks) {
   std::atomic<bool> nan_codes = false;
+  const int64_t kb = in / 32, block_bytes = 32 * kTileMajorOutputs;  // a tile's block: 512 consecutive bytes
   for_each_tile(out, pool, [&](int64_t t) {
     uint8_t* tile = tile_major + t * kTileMajorOutputs * in;
     for (int64_t i = 0; i < kTileMajorOutputs; ++i) {
@@ -50,6 +52,10 @@ bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
     // The tile just written is still in cache.
     if (std::any_of(tile, tile + kTileMajorOutputs * in, [](uint8_t c) { return (c & 0x7f) == 0x7f; }))
       nan_codes.store(true, std::memory_order_relaxed);
+    if (plain_code_blocks != nullptr)
+      for (int64_t b = 0; b < kb; ++b)
+        plain_code_blocks[t * kb + b] =
+            std::none_of(tile + b * block_bytes, tile + (b + 1) * block_bytes, fp8_code_is_subnormal_or_nan) ? 1 : 0;
   });
   return nan_codes.load();
 }

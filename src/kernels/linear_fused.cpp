@@ -51,8 +51,7 @@ void fp8_as_bf16_grouped_gemm(const float* x, int64_t rows, int64_t groups, cons
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(group_x.data() + r * in, x + (r * groups + g) * in, static_cast<size_t>(in) * sizeof(float));
     // Group g's rows of w: whole 16-row tiles in either order and whole 32-row scale blocks (out_g % 32 == 0).
-    const Fp8Weight group_w{w.codes + g * out_g * in, w.scales + (g * out_g / 32) * ((in + 31) / 32), out_g, in,
-                            w.tile_major, w.may_hold_nan};
+    const Fp8Weight group_w = fp8_output_slice(w, g * out_g, out_g);
     kernels.fp8_as_bf16_gemm(group_x.data(), rows, group_w, group_y.data(), pool);
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(y + (r * groups + g) * out_g, group_y.data() + r * out_g, static_cast<size_t>(out_g) * sizeof(float));

@@ -9,20 +9,13 @@
 namespace dsflash {
 namespace {
 
-// Outputs [first, first + count) of a weight: the same bytes from output `first` on, in either order (a tile-major
-// tile's codes and scales are contiguous, kernels/linear.h). first: a multiple of 16 (MXFP4: one scale row per
-// output) or of 32 (FP8: one scale row per 32 outputs).
+// Outputs [first, first + count) of an MXFP4 weight: the same bytes from output `first` on, in either order (a
+// tile-major tile's codes and scales are contiguous, kernels/linear.h). first: a multiple of 16. (FP8:
+// fp8_output_slice.)
 Fp4Weight output_slice(const Fp4Weight& w, int64_t first, int64_t count) {
   Fp4Weight slice = w;
   slice.packed = w.packed + first * (w.in / 2);
   slice.scales = w.scales + first * (w.in / 32);
-  slice.out = count;
-  return slice;
-}
-Fp8Weight output_slice(const Fp8Weight& w, int64_t first, int64_t count) {
-  Fp8Weight slice = w;
-  slice.codes = w.codes + first * w.in;
-  slice.scales = w.scales + first / 32 * ((w.in + 31) / 32);
   slice.out = count;
   return slice;
 }
@@ -51,7 +44,7 @@ struct Piece {
 
 // y [x.rows, count] of the item's outputs [first, first + count), through `pool` (inline inside a job).
 void run_slice(const GroupedGemmItem& item, int64_t first, int64_t count, float* y, const ComputeContext& ctx) {
-  if (item.fp8 != nullptr) ctx.backend->fp8_gemm(item.x, output_slice(*item.fp8, first, count), y, ctx.pool);
+  if (item.fp8 != nullptr) ctx.backend->fp8_gemm(item.x, fp8_output_slice(*item.fp8, first, count), y, ctx.pool);
   else ctx.backend->fp4_gemm(item.x, output_slice(*item.fp4, first, count), y, ctx.pool);
 }
 

@@ -119,6 +119,7 @@ Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std:
     int64_t offset = 0;  // in the buffer
     bool copied = false;
     bool nan_codes = true;  // FP8: whether the copy found a NaN code
+    int64_t plain_offset = -1;  // FP8: its plain_code_blocks flags, in the buffer
   };
   std::map<const uint8_t*, Source> sources;  // by the checkpoint bytes
   int64_t total = 0;
@@ -157,7 +158,11 @@ Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std:
   for_each_quantised_linear(
       blocks, extra,
       [&](Fp8Weight& w) {
-        if (formats.fp8) plan(w.codes, w.out, w.in, w.in, w.tile_major);
+        if (!formats.fp8 || sources.contains(w.codes)) return;
+        plan(w.codes, w.out, w.in, w.in, w.tile_major);
+        if (!sources.contains(w.codes)) return;
+        sources[w.codes].plain_offset = total;  // then the flags of its blocks
+        total += (fp8_plain_code_block_count(w.out, w.in) + 63) / 64 * 64;
       },
       [&](Fp4Weight& w) {
         if (!formats.fp4 || paired.contains(w.packed)) return;
@@ -208,11 +213,12 @@ Result<int64_t> copy_to_tile_major(std::vector<BlockWeights>& blocks, const std:
       [&](Fp8Weight& w) {
         if (w.tile_major) return;
         const Source* source = rewrite(w.codes, w.out, w.in, [&](const uint8_t* from, uint8_t* to, Source& s) {
-          s.nan_codes = repack_fp8_tile_major(from, w.out, w.in, to, pool);
+          s.nan_codes = repack_fp8_tile_major(from, w.out, w.in, to, pool, buffer.data() + s.plain_offset);
         });
         if (source == nullptr) return;
         w.tile_major = true;
         w.may_hold_nan = source->nan_codes;
+        w.plain_code_blocks = buffer.data() + source->plain_offset;
         ++rewritten;
       },
       [&](Fp4Weight& w) {

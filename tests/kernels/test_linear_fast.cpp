@@ -687,6 +687,65 @@ TEST(LinearFast, TileMajorNanCodesMatchReference) {
     }
 }
 
+// Blocks known to hold only zero and normal codes (Fp8Weight::plain_code_blocks, as the load-time copy marks them)
+// decode from the 64-entry tables: the bits of the 128-entry ones, on every path (decode passes of 2-4 rows, the
+// multi-row path, the AMX table, the bf16 linear of FP8 codes; one row ignores the flags), with every code value in
+// the plain blocks and subnormal or NaN codes in others. Flags wrongly set on blocks with such codes fail it.
+TEST(LinearFast, PlainCodeBlocksGiveTheBitsOfTheFullTables) {
+  const int64_t out = 64, in = 1024;  // 4 tiles x 32 blocks: 65536 codes
+  ThreadPool pool(2);
+  for (const LinearKernels* k : fast_kernels())
+    for (int rows : {1, 2, 3, 4, 5, 8, 13, 16, 49}) {
+      std::mt19937 rng(rows);
+      auto x = test::random_fp8_acts(rng, rows, in);
+      test::Fp8WeightData w = test::random_fp8_weight(rng, out, in);
+      for (size_t i = 0; i < w.codes.size(); ++i) w.codes[i] = static_cast<uint8_t>(i * 37);  // every code, in turn
+      // Every 7th tile block keeps its subnormal codes, the others take normal codes in their place; no NaN codes
+      // but one in each output of tile 3's block 5 (tile block 101, one of the 7th).
+      auto tile_block = [&](size_t i) { return (static_cast<int64_t>(i) / in / 16) * (in / 32) + static_cast<int64_t>(i) % in / 32; };
+      for (size_t i = 0; i < w.codes.size(); ++i) {
+        uint8_t& c = w.codes[i];
+        if ((c & 0x7f) == 0x7f) c = static_cast<uint8_t>(c - 1);
+        if (tile_block(i) % 7 != 3 && fp8_code_is_subnormal_or_nan(c)) c = static_cast<uint8_t>(c | 0x08);
+      }
+      for (int64_t o = 48; o < 64; ++o) w.codes[static_cast<size_t>(o * in + 5 * 32 + o % 32)] = o % 2 ? 0xff : 0x7f;
+      test::Fp8WeightData tiled = w;
+      std::vector<uint8_t> plain(static_cast<size_t>(fp8_plain_code_block_count(out, in)), 9);
+      ASSERT_TRUE(repack_fp8_tile_major(w.codes.data(), out, in, tiled.codes.data(), nullptr, plain.data()));
+      for (size_t b = 0; b < plain.size(); ++b) ASSERT_EQ(plain[b], b % 7 != 3 ? 1 : 0) << b;
+      Fp8Weight full = tiled.view();
+      full.tile_major = true;
+      Fp8Weight fast = full;
+      fast.plain_code_blocks = plain.data();
+      const std::string where = std::string(k->name) + " rows " + std::to_string(rows);
+      auto same_bits = [&](const std::vector<float>& a, const std::vector<float>& b) {
+        return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+      };
+      std::vector<float> want(static_cast<size_t>(rows * out)), got(want.size(), -7.0f);
+      k->fp8_gemm(x.view(), full, want.data(), &pool);
+      ASSERT_EQ(std::count_if(want.begin(), want.end(), [](float v) { return std::isnan(v); }), rows * 16) << where;
+      k->fp8_gemm(x.view(), fast, got.data(), &pool);
+      EXPECT_TRUE(same_bits(got, want)) << where << " fp8";
+      // A flag set on a block that holds a subnormal or a NaN code changes the results.
+      std::vector<uint8_t> wrong = plain;
+      std::fill(wrong.begin(), wrong.end(), 1);
+      Fp8Weight misflagged = full;
+      misflagged.plain_code_blocks = wrong.data();
+      k->fp8_gemm(x.view(), misflagged, got.data(), &pool);
+      const std::string name = k->name;
+      // (The tables with VBMI read the flags, from 2 rows on.)
+      if (rows > 1 && name != "avx2" && name != "avx512-no-vbmi" && name != "avx512-no-vnni") {
+        EXPECT_FALSE(same_bits(got, want)) << where << " misflagged";
+      }
+      // The bf16 linear of the codes (wo_a), bf16 activations.
+      std::vector<float> act(static_cast<size_t>(rows * in));
+      for (float& a : act) a = round_to_bf16(std::ldexp(static_cast<float>(static_cast<int>(rng() % 255) - 127), -6));
+      k->fp8_as_bf16_gemm(act.data(), rows, full, want.data(), &pool);
+      k->fp8_as_bf16_gemm(act.data(), rows, fast, got.data(), &pool);
+      EXPECT_TRUE(same_bits(got, want)) << where << " fp8 as bf16";
+    }
+}
+
 // MXFP4 GEMMs of many rows may run on AMX tiles (the AVX-512 table, where the CPU has them), whose in-block sum order
 // is the tile unit's; blocks whose sums may be inexact then take the bf16 chain, so every row gives the bits it
 // gives alone (on the decode paths). The activation blocks here are built to round differently in different orders:

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "core/thread_pool.h"
 #include "formats/formats.h"
@@ -279,6 +280,41 @@ TEST(LinearFused, EqualsActQuantThenGemm) {
       EXPECT_NEAR(got[i], want8[i], 2 * test::fp32_sum_bound(in, e.abs_sum));
     }
   }
+}
+
+// The subnormal and NaN e4m3 codes are exactly those whose value is NaN or below e4m3's smallest normal (2^-6) and
+// not zero; the FP8 copy marks each tile's 32-k block that holds none of them, on the pool or not.
+TEST(TileMajor, Fp8PlainCodeBlocksMarkTheBlocksWithoutSubnormalOrNanCodes) {
+  for (int c = 0; c < 256; ++c) {
+    const float v = std::fabs(linear_decode_tables().e4m3_f32[c]);
+    EXPECT_EQ(fp8_code_is_subnormal_or_nan(static_cast<uint8_t>(c)), std::isnan(v) || (v > 0 && v < 0x1p-6f)) << c;
+  }
+  const int64_t out = 48, in = 192, kb = in / 32;
+  std::mt19937 rng(8);
+  std::vector<uint8_t> codes(static_cast<size_t>(out * in));
+  for (auto& c : codes) c = static_cast<uint8_t>((rng() % 0x77 + 8) | rng() % 2 * 0x80);  // zero-free, normal
+  ThreadPool pool(3);
+  std::vector<uint8_t> tiled(codes.size()), plain(static_cast<size_t>(fp8_plain_code_block_count(out, in)));
+  std::vector<uint8_t> on_pool(plain.size());
+  auto flags_of = [&](const std::vector<uint8_t>& from) {
+    repack_fp8_tile_major(from.data(), out, in, tiled.data(), nullptr, plain.data());
+    repack_fp8_tile_major(from.data(), out, in, tiled.data(), &pool, on_pool.data());
+    EXPECT_EQ(on_pool, plain);
+    return plain;
+  };
+  EXPECT_EQ(flags_of(codes), std::vector<uint8_t>(plain.size(), 1));
+  codes[0] = 0x00;  // zeros are plain
+  codes[5] = 0x80;
+  EXPECT_EQ(flags_of(codes), std::vector<uint8_t>(plain.size(), 1));
+  // (output, k, code): one subnormal or NaN each, in different tile blocks.
+  const std::tuple<int64_t, int64_t, uint8_t> odd[] = {{0, 1, 0x01}, {17, 70, 0x87}, {31, 191, 0x7f}, {47, 96, 0xff},
+                                                      {40, 33, 0x04}};
+  std::vector<uint8_t> want(plain.size(), 1);
+  for (const auto& [o, k, code] : odd) {
+    codes[static_cast<size_t>(o * in + k)] = code;
+    want[static_cast<size_t>(o / 16 * kb + k / 32)] = 0;
+  }
+  EXPECT_EQ(flags_of(codes), want);
 }
 
 // Every code and FP4 scale lands at its documented place (kernels/linear.h), the block accessors give back the
