@@ -68,7 +68,9 @@ bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
                            ThreadPool* pool = nullptr, uint8_t* plain_code_blocks = nullptr);
 // Subnormal (exponent field 0, mantissa not 0) or NaN (0x7f / 0xff): the e4m3 codes whose bf16 bits a 64-entry
 // table on 6 of their 7 magnitude bits cannot give (Fp8Weight::plain_code_blocks).
-inline bool fp8_code_is_subnormal_or_nan(uint8_t c) { return ((c & 0x78) == 0 && (c & 0x07) != 0) || (c & 0x7f) == 0x7f; }
+inline bool fp8_code_is_subnormal_or_nan(uint8_t c) {
+  return ((c & 0x78) == 0 && (c & 0x07) != 0) || (c & 0x7f) == 0x7f;
+}
 // Bytes of Fp8Weight::plain_code_blocks for a weight [out, in]: one per 16-output tile and 32-k block.
 inline int64_t fp8_plain_code_block_count(int64_t out, int64_t in) { return out / kTileMajorOutputs * (in / 32); }
 void repack_fp4_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major,
@@ -101,7 +103,8 @@ inline Fp8Weight fp8_output_slice(const Fp8Weight& w, int64_t first, int64_t cou
   Fp8Weight slice = w;
   slice.codes = w.codes + first * w.in;
   slice.scales = w.scales + first / 32 * ((w.in + 31) / 32);
-  if (w.plain_code_blocks != nullptr) slice.plain_code_blocks = w.plain_code_blocks + first / kTileMajorOutputs * (w.in / 32);
+  if (w.plain_code_blocks != nullptr)
+    slice.plain_code_blocks = w.plain_code_blocks + first / kTileMajorOutputs * (w.in / 32);
   slice.out = count;
   return slice;
 }

@@ -350,7 +350,7 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
   const __m512i fp4_lo = _mm512_load_si512(at.fp4_lo), fp4_hi = _mm512_load_si512(at.fp4_hi);
   __m512i tiled_tables[4], plain_tables[2];
   load_tiled_tables<kFp4>(tiled_tables);
-  load_plain_fp8_tables(plain_tables);
+  if constexpr (!kFp4) load_plain_fp8_tables(plain_tables);
   const int64_t row_bytes = kFp4 ? g.in / 2 : g.in;
   const int64_t block_bytes = kFp4 ? 16 : 32;
   const int64_t blocks_per_line = 64 / block_bytes;

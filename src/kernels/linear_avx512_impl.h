@@ -137,7 +137,9 @@ struct GemmArgs {
   // FP8 tile-major: [out/16, kb], Fp8Weight::plain_code_blocks (nullptr: none known).
   const uint8_t* plain_code_blocks = nullptr;
   // Whether tile t's block b is known to hold only zero or normal codes.
-  bool plain_block(int64_t tile, int64_t b) const { return plain_code_blocks != nullptr && plain_code_blocks[tile * kb + b] != 0; }
+  bool plain_block(int64_t tile, int64_t b) const {
+    return plain_code_blocks != nullptr && plain_code_blocks[tile * kb + b] != 0;
+  }
   // The arguments from row r0 on (every per-row array is row-major).
   void advance_rows(int64_t r0) {
     if (act != nullptr) act += r0 * in;  // either may be absent (null)

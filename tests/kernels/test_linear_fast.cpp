@@ -702,7 +702,10 @@ TEST(LinearFast, PlainCodeBlocksGiveTheBitsOfTheFullTables) {
       for (size_t i = 0; i < w.codes.size(); ++i) w.codes[i] = static_cast<uint8_t>(i * 37);  // every code, in turn
       // Every 7th tile block keeps its subnormal codes, the others take normal codes in their place; no NaN codes
       // but one in each output of tile 3's block 5 (tile block 101, one of the 7th).
-      auto tile_block = [&](size_t i) { return (static_cast<int64_t>(i) / in / 16) * (in / 32) + static_cast<int64_t>(i) % in / 32; };
+      auto tile_block = [&](size_t i) {
+        const int64_t at = static_cast<int64_t>(i);
+        return at / in / 16 * (in / 32) + at % in / 32;
+      };
       for (size_t i = 0; i < w.codes.size(); ++i) {
         uint8_t& c = w.codes[i];
         if ((c & 0x7f) == 0x7f) c = static_cast<uint8_t>(c - 1);
