@@ -168,7 +168,7 @@ DSFLASH_AVX512 inline void fp8_to_bf16(__m512i codes, __m512i lo0, __m512i lo1, 
 
 // fp8_to_bf16 for codes that are all zero or normal (no subnormal, no NaN: fp8_code_is_subnormal_or_nan), from the
 // 64-entry tables: one vpermb each instead of a vpermt2b each (a register-only loop on this project's Xeon: 8
-// vpermt2b take ~15 cycles, 8 vpermb ~7.5, and beside FMAs a vpermt2b costs ~1.5 FMA slots, a vpermb ~0.4).
+// vpermt2b take ~15 cycles, 8 vpermb ~7.5, and beside FMAs a vpermt2b delays them ~1.5 cycles, a vpermb ~0.4).
 DSFLASH_AVX512 inline void fp8_plain_to_bf16(__m512i codes, __m512i plain_lo, __m512i plain_hi, __m512i* w0,
                                              __m512i* w1) {
   const __m512i lo = _mm512_permutexvar_epi8(codes, plain_lo);  // vpermb reads bits 0-5 of each index byte
