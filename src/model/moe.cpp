@@ -196,18 +196,31 @@ MoeLayer::ExpertRun MoeLayer::prepare_expert(const ExpertWeights& expert, const 
   return run;
 }
 
-void MoeLayer::gate_up(const ExpertRun& run, const ComputeContext& ctx) const {
-  const ExpertWeights& expert = *run.expert;
-  ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
-  if (expert.gate_up_fp4.packed != nullptr) {
-    ctx.backend->fp4_gemm(run.x, expert.gate_up_fp4, run.gate, ctx.pool);
-  } else if (expert.fp4) {
-    ctx.backend->fp4_gemm(run.x, expert.w1_fp4, run.gate, ctx.pool);
-    ctx.backend->fp4_gemm(run.x, expert.w3_fp4, run.up, ctx.pool);
-  } else {
-    ctx.backend->fp8_gemm(run.x, expert.w1_fp8, run.gate, ctx.pool);
-    ctx.backend->fp8_gemm(run.x, expert.w3_fp8, run.up, ctx.pool);
+int MoeLayer::gate_up_items(const ExpertRun& run, GroupedGemmItem* items) {
+  const ExpertWeights& e = *run.expert;
+  if (e.gate_up_fp4.packed != nullptr) {
+    items[0] = GroupedGemmItem{run.x, nullptr, &e.gate_up_fp4, run.gate};
+    return 1;
   }
+  if (e.fp4) {
+    items[0] = GroupedGemmItem{run.x, nullptr, &e.w1_fp4, run.gate};
+    items[1] = GroupedGemmItem{run.x, nullptr, &e.w3_fp4, run.up};
+  } else {
+    items[0] = GroupedGemmItem{run.x, &e.w1_fp8, nullptr, run.gate};
+    items[1] = GroupedGemmItem{run.x, &e.w3_fp8, nullptr, run.up};
+  }
+  return 2;
+}
+
+GroupedGemmItem MoeLayer::down_item(const ExpertRun& run) const {
+  const ExpertWeights& e = *run.expert;
+  return GroupedGemmItem{run.h(inter_dim_), e.fp4 ? nullptr : &e.w2_fp8, e.fp4 ? &e.w2_fp4 : nullptr, run.out};
+}
+
+void MoeLayer::gemm(const GroupedGemmItem& item, const ComputeContext& ctx) {
+  ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
+  if (item.fp4 != nullptr) ctx.backend->fp4_gemm(item.x, *item.fp4, item.y, ctx.pool);
+  else ctx.backend->fp8_gemm(item.x, *item.fp8, item.y, ctx.pool);
 }
 
 void MoeLayer::swiglu_quant(const ExpertRun& run, const ComputeContext& ctx) const {
@@ -229,15 +242,6 @@ void MoeLayer::swiglu_quant(const ExpertRun& run, const ComputeContext& ctx) con
   ctx.backend->act_quant(run.hidden, n, inter_dim_, run.h_codes, run.h_scales, ctx.pool);
 }
 
-void MoeLayer::down(const ExpertRun& run, const ComputeContext& ctx) const {
-  ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
-  if (run.expert->fp4) {
-    ctx.backend->fp4_gemm(run.h(inter_dim_), run.expert->w2_fp4, run.out, ctx.pool);
-  } else {
-    ctx.backend->fp8_gemm(run.h(inter_dim_), run.expert->w2_fp8, run.out, ctx.pool);
-  }
-}
-
 void MoeLayer::add_output(const ExpertRun& run, const ComputeContext& ctx, float* y) const {
   // Each token appears once among an expert's rows, so the rows' sums into y are independent (element-wise).
   // One row (5120) stays on one thread: ~4 us there, ~8 us split over two (the dispatch outweighs it).
@@ -250,9 +254,10 @@ void MoeLayer::add_output(const ExpertRun& run, const ComputeContext& ctx, float
 }
 
 void MoeLayer::run_expert(const ExpertRun& run, const ComputeContext& ctx, float* y) const {
-  gate_up(run, ctx);
+  GroupedGemmItem items[2];
+  for (int i = 0, count = gate_up_items(run, items); i < count; ++i) gemm(items[i], ctx);
   swiglu_quant(run, ctx);
-  down(run, ctx);
+  gemm(down_item(run), ctx);
   add_output(run, ctx, y);
 }
 
@@ -261,28 +266,13 @@ void MoeLayer::run_grouped(std::span<const ExpertRun> runs, const ComputeContext
   ArenaScope scope(frame);
   const std::span<GroupedGemmItem> items = frame.take<GroupedGemmItem>(2 * runs.size());
   size_t count = 0;
-  for (const ExpertRun& run : runs) {
-    const ExpertWeights& e = *run.expert;
-    if (e.gate_up_fp4.packed != nullptr) {
-      items[count++] = GroupedGemmItem{run.x, nullptr, &e.gate_up_fp4, run.gate};
-    } else if (e.fp4) {
-      items[count++] = GroupedGemmItem{run.x, nullptr, &e.w1_fp4, run.gate};
-      items[count++] = GroupedGemmItem{run.x, nullptr, &e.w3_fp4, run.up};
-    } else {
-      items[count++] = GroupedGemmItem{run.x, &e.w1_fp8, nullptr, run.gate};
-      items[count++] = GroupedGemmItem{run.x, &e.w3_fp8, nullptr, run.up};
-    }
-  }
+  for (const ExpertRun& run : runs) count += static_cast<size_t>(gate_up_items(run, items.data() + count));
   grouped_gemm(items.first(count), ctx);
   // One expert's SwiGLU and quantisation per item: inside the job their pool calls run inline.
   parallel_rows(ctx, static_cast<int64_t>(runs.size()), [&](int64_t begin, int64_t end) {
     for (int64_t e = begin; e < end; ++e) swiglu_quant(runs[static_cast<size_t>(e)], ctx);
   });
-  for (size_t e = 0; e < runs.size(); ++e) {
-    const ExpertWeights& w = *runs[e].expert;
-    items[e] = GroupedGemmItem{runs[e].h(inter_dim_), w.fp4 ? nullptr : &w.w2_fp8, w.fp4 ? &w.w2_fp4 : nullptr,
-                               runs[e].out};
-  }
+  for (size_t e = 0; e < runs.size(); ++e) items[e] = down_item(runs[e]);
   grouped_gemm(items.first(runs.size()), ctx);
   for (const ExpertRun& run : runs) add_output(run, ctx, y);  // in the runs' order: the reference's sum order
 }

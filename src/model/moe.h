@@ -17,6 +17,7 @@
 #include "io/checkpoint.h"
 #include "kernels/linear.h"
 #include "model/compute_context.h"
+#include "model/grouped_gemm.h"
 
 namespace dsflash {
 
@@ -98,9 +99,11 @@ class MoeLayer {
   };
   ExpertRun prepare_expert(const ExpertWeights& expert, const uint8_t* codes, const uint8_t* scales,
                            std::span<const int64_t> rows, std::span<const float> row_weights, Arena& frame) const;
-  void gate_up(const ExpertRun& run, const ComputeContext& ctx) const;  // gate, up
+  // The expert's gate/up GEMMs (1 paired or 2) into items (room for 2); its down GEMM. One GEMM's call.
+  static int gate_up_items(const ExpertRun& run, GroupedGemmItem* items);
+  GroupedGemmItem down_item(const ExpertRun& run) const;
+  static void gemm(const GroupedGemmItem& item, const ComputeContext& ctx);
   void swiglu_quant(const ExpertRun& run, const ComputeContext& ctx) const;  // hidden, h
-  void down(const ExpertRun& run, const ComputeContext& ctx) const;     // out
   void add_output(const ExpertRun& run, const ComputeContext& ctx, float* y) const;  // y[rows] += bf16(out)
   // Adds w_e * expert(x rows) for one expert into y.
   void run_expert(const ExpertRun& run, const ComputeContext& ctx, float* y) const;
