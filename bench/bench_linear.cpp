@@ -139,6 +139,26 @@ uint64_t read_bytes(const uint8_t* p, int64_t n, ThreadPool& pool, ReadLoop loop
 }
 
 // tile_major: FP8/FP4 weights repacked as the engine does at load for a table that prefers it (kernels/linear.h).
+// Activations as the model makes them: act_quant of bf16 values of one scale (normal, as hidden states are, or
+// SwiGLU outputs), so the codes' magnitudes within a block spread as real ones do (exact_fp4_partials depends on
+// that spread). codes [rows, in] e4m3, scales [rows, in / 32] ue8m0.
+void make_activations(const LinearShape& shape, int64_t rows, std::vector<uint8_t>& codes,
+                      std::vector<uint8_t>& scales) {
+  codes.resize(static_cast<size_t>(rows * shape.in));
+  scales.resize(static_cast<size_t>(rows * shape.in / 32));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> hidden(static_cast<size_t>(shape.in));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : hidden) {
+      v = normal(rng);
+      if (shape.swiglu_input) v = v / (1.0f + std::exp(-v)) * normal(rng);
+      v = round_to_bf16(v);
+    }
+    act_quant_block32(hidden.data(), shape.in, codes.data() + r * shape.in, scales.data() + r * (shape.in / 32));
+  }
+}
+
 void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearShape shape, int64_t rows,
                 int threads, bool tile_major) {
   ThreadPool pool(threads);
@@ -186,24 +206,8 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
       }
     }
   }
-  // Activations as the model makes them: act_quant of bf16 values of one scale (normal, as hidden states are, or
-  // SwiGLU outputs), so the codes' magnitudes within a block spread as real ones do (exact_fp4_partials depends on
-  // that spread).
-  std::vector<uint8_t> x_codes(static_cast<size_t>(rows * shape.in));
-  std::vector<uint8_t> x_scales(static_cast<size_t>(rows * shape.in / 32));
-  {
-    std::mt19937 rng(7);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> hidden(static_cast<size_t>(shape.in));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (float& v : hidden) {
-        v = normal(rng);
-        if (shape.swiglu_input) v = v / (1.0f + std::exp(-v)) * normal(rng);
-        v = round_to_bf16(v);
-      }
-      act_quant_block32(hidden.data(), shape.in, x_codes.data() + r * shape.in, x_scales.data() + r * (shape.in / 32));
-    }
-  }
+  std::vector<uint8_t> x_codes, x_scales;
+  make_activations(shape, rows, x_codes, x_scales);
   std::vector<float> x_f32(static_cast<size_t>(rows * shape.groups * shape.in));
   for (size_t i = 0; i < x_f32.size(); ++i)  // (the groups' inputs repeat the codes' pattern)
     x_f32[i] = static_cast<float>(static_cast<int>(x_codes[i % x_codes.size()] % 17) - 8) * 0.125f;
@@ -294,7 +298,33 @@ void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearSha
   }
 }
 
+// The AVX-512 tables' preparation of one MXFP4 row's activations for the integer decode (prepare_exact_fp4_rows):
+// one thread, before every one-row call, while the other threads wait. us: microseconds per call.
+void run_exact_fp4_prepare(benchmark::State& state, LinearShape shape) {
+  std::vector<uint8_t> codes, scales;
+  make_activations(shape, 1, codes, scales);
+  const int64_t kb = shape.in / 32;
+  std::vector<int8_t> pieces(static_cast<size_t>(kb * linear_impl::kExactFp4PieceBlockBytes));
+  std::vector<int32_t> biases(static_cast<size_t>(kb));
+  std::vector<float> units(static_cast<size_t>(kb));
+  std::vector<uint8_t> counts(static_cast<size_t>(kb));
+  for (auto _ : state) {
+    linear_impl::prepare_exact_fp4_rows(codes.data(), 1, shape.in, pieces.data(), biases.data(), units.data(),
+                                        counts.data());
+    benchmark::DoNotOptimize(pieces.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["ns_per_block"] =
+      benchmark::Counter(static_cast<double>(kb), benchmark::Counter::kIsIterationInvariantRate |
+                                                       benchmark::Counter::kInvert);
+}
+
 void register_all(int threads) {
+  if (linear_impl::avx512_kernels() != nullptr)
+    for (const LinearShape& s : kShapes)
+      if (s.format == Format::kFp4 && !s.cached)
+        benchmark::RegisterBenchmark((std::string("exact_fp4_prepare/") + s.name).c_str(), run_exact_fp4_prepare, s)
+            ->Unit(benchmark::kMicrosecond);
   std::vector<const LinearKernels*> sets = linear_impl::available_kernels();
   for (const LinearKernels* k : sets) {
     const bool reference = std::string(k->name) == "reference";

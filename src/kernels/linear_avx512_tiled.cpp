@@ -5,6 +5,7 @@
 // rows it runs with. MXFP4 rows multiply in exact integers wherever that gives the same chain's bits.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/linear_avx512_impl.h"
 #include "kernels/linear_tables.h"
@@ -49,68 +50,87 @@ constexpr int64_t kTiledPrefetchBytes = 2048;
 // every |N| < 2^15 - 128, and such a block takes two pieces):
 // Σ N * W = 65536 Σ (W + 12) p2 + 256 Σ (W + 12) p1 + Σ (W + 12) p0 - 12 Σ N, every term far inside int32.
 namespace {
-// A block's activations as the integers N of the comment above, 16 per half h (k order), with s (smallest) and
-// Σ |N|.
+// A block's activations as the integers N of the comment above, 16 per half h (k order), with s (smallest) in
+// every lane of smallest_lanes, and lanes of magnitudes summing to Σ |N|.
 struct ExactFp4Block {
   __m512i n[2];
+  __m512i smallest_lanes, magnitudes;
   bool nan = false;
-  int smallest = 1, magnitude_sum = 0;
   // 12 Σ |N| < 2^24 and no NaN: every order of the block's products sums exactly.
-  bool exact() const { return !nan && 12 * magnitude_sum < (1 << 24); }
+  bool exact(int32_t magnitude_sum) const { return !nan && 12 * magnitude_sum < (1 << 24); }
 };
 
+// The minimum of v's lanes, in every lane (no trip through a general register: N's shifts wait on it).
+DSFLASH_AVX512 inline __m512i min_in_every_lane(__m512i v) {
+  v = _mm512_min_epi32(v, _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = _mm512_min_epi32(v, _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  v = _mm512_min_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
+  return _mm512_min_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
+}
+
 DSFLASH_AVX512 inline ExactFp4Block exact_fp4_block(const uint8_t* block) {
-  const __m512i magnitude_bits = _mm512_set1_epi32(0x7f), mantissa_bits = _mm512_set1_epi32(7);
-  const __m512i above_every_step = _mm512_set1_epi32(16);
-  __m512i code[2], sig[2], step[2], nonzero_steps[2];
-  bool nan = false;
-  for (int h = 0; h < 2; ++h) {
-    code[h] = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * h)));
-    const __m512i magnitude = _mm512_and_si512(code[h], magnitude_bits);
-    nan |= _mm512_cmpeq_epi32_mask(magnitude, magnitude_bits) != 0;
-    const __m512i exponent = _mm512_srli_epi32(magnitude, 3);
-    const __m512i mantissa = _mm512_and_si512(magnitude, mantissa_bits);
-    sig[h] = _mm512_mask_or_epi32(mantissa, _mm512_test_epi32_mask(exponent, exponent), mantissa,
-                                  _mm512_set1_epi32(8));
-    step[h] = _mm512_max_epi32(exponent, _mm512_set1_epi32(1));
-    nonzero_steps[h] = _mm512_mask_mov_epi32(above_every_step, _mm512_test_epi32_mask(magnitude, magnitude), step[h]);
-  }
+  // Masks only where they are needed (a NaN, the signs), each taken once for all 32 bytes; the rest in
+  // arithmetic (compares into masks and the reductions' shuffles issue on the same port).
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block));
+  const __m256i byte_magnitude_bits = _mm256_set1_epi8(0x7f);
   ExactFp4Block result;
-  result.nan = nan;
-  const int smallest = _mm512_reduce_min_epi32(_mm512_min_epi32(nonzero_steps[0], nonzero_steps[1]));
-  result.smallest = smallest == 16 ? 1 : smallest;  // all zero: any unit
-  __m512i magnitudes = _mm512_setzero_si512();
+  result.nan = _mm256_cmpeq_epi8_mask(_mm256_and_si256(bytes, byte_magnitude_bits), byte_magnitude_bits) != 0;
+  const __mmask32 negative = _mm256_movepi8_mask(bytes);
+  const __m512i magnitude_bits = _mm512_set1_epi32(0x7f), mantissa_bits = _mm512_set1_epi32(7);
+  const __m512i one = _mm512_set1_epi32(1);
+  __m512i sig[2], step[2], nonzero_steps[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m128i half = h == 0 ? _mm256_castsi256_si128(bytes) : _mm256_extracti128_si256(bytes, 1);
+    const __m512i magnitude = _mm512_and_si512(_mm512_cvtepu8_epi32(half), magnitude_bits);
+    const __m512i exponent = _mm512_srli_epi32(magnitude, 3);
+    // sig = mantissa + 8 where the exponent field is not 0; e' = max(exponent, 1)
+    sig[h] = _mm512_add_epi32(_mm512_and_si512(magnitude, mantissa_bits),
+                              _mm512_slli_epi32(_mm512_min_epu32(exponent, one), 3));
+    step[h] = _mm512_max_epi32(exponent, one);
+    // zero codes at e' + 16 (above every nonzero code's)
+    const __m512i zero = _mm512_sub_epi32(one, _mm512_min_epu32(magnitude, one));
+    nonzero_steps[h] = _mm512_add_epi32(step[h], _mm512_slli_epi32(zero, 4));
+  }
+  // All zero: any unit; 15 keeps 2^(s - 11) in the nonzero codes' range.
+  result.smallest_lanes =
+      _mm512_min_epi32(min_in_every_lane(_mm512_min_epi32(nonzero_steps[0], nonzero_steps[1])), _mm512_set1_epi32(15));
+  result.magnitudes = _mm512_setzero_si512();
   for (int h = 0; h < 2; ++h) {
     // Zero codes have sig 0; a negative shift count (a zero's e' of 1 below s) shifts everything out too.
     // |N| <= 15 << 14, Σ |N| < 2^23.
-    const __m512i n = _mm512_sllv_epi32(sig[h], _mm512_sub_epi32(step[h], _mm512_set1_epi32(result.smallest)));
-    magnitudes = _mm512_add_epi32(magnitudes, n);
-    result.n[h] = _mm512_mask_sub_epi32(n, _mm512_test_epi32_mask(code[h], _mm512_set1_epi32(0x80)),
-                                        _mm512_setzero_si512(), n);
+    const __m512i n = _mm512_sllv_epi32(sig[h], _mm512_sub_epi32(step[h], result.smallest_lanes));
+    result.magnitudes = _mm512_add_epi32(result.magnitudes, n);
+    result.n[h] = _mm512_mask_sub_epi32(n, static_cast<__mmask16>(negative >> (16 * h)), _mm512_setzero_si512(), n);
   }
-  result.magnitude_sum = _mm512_reduce_add_epi32(magnitudes);
   return result;
 }
 
-// The low signed byte of each int32 (in [-128, 127]).
-DSFLASH_AVX512 inline __m512i low_signed_byte(__m512i n) {
-  return _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(n, _mm512_set1_epi32(128)), _mm512_set1_epi32(0xff)),
-                          _mm512_set1_epi32(128));
+// The sums of a's lanes and of b's lanes (one reduction for both: their 256-bit halves side by side).
+DSFLASH_AVX512 inline std::pair<int32_t, int32_t> sum_lanes_of_both(__m512i a, __m512i b) {
+  __m512i v = _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(3, 2, 3, 2)));  // a's 4 lanes, b's 4 lanes
+  v = _mm512_add_epi32(v, _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
+  v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
+  return {_mm_cvtsi128_si32(_mm512_castsi512_si128(v)), _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(v, 2))};
 }
 
-// vpermt2b indices of a block's kExactFp4PieceBlockBytes (96) bytes of pieces, from the bytes of piece p, half h
-// (16 k in k order) at 32 p + 16 h (p = 0, 1: the first table) and 64 + 16 h (p = 2: the second): byte 24 v + 8 p + i
-// is piece p of k = 8 v + (0 4 1 5 2 6 3 7)[i]. [0, 64) first, then [64, 96) (the rest 0, unused).
+// The pieces come straight out of M = N + 0x8080 (no per-piece arithmetic): p0 = N mod 256 as a signed byte is
+// M's byte 0 with its top bit flipped; p1 = ((N + 128) >> 8) mod 256 likewise M's byte 1 flipped; p2 = (N + 0x8080)
+// >> 16 (in [-4, 4]) is M's byte 2. Index vpermt2b into the halves' M (16 dwords each, k order) for a block's
+// kExactFp4PieceBlockBytes (96) bytes: byte 24 v + 8 p + i is piece p of k = 8 v + (0 4 1 5 2 6 3 7)[i], that is M's
+// byte p of k; flip: 0x80 for p = 0, 1. [0, 64) first, then [64, 96) (the rest 0, unused).
 struct PieceOrder {
   alignas(64) uint8_t index[2][64];
+  alignas(64) uint8_t flip[2][64];
 };
 constexpr PieceOrder kPieceOrder = [] {
   PieceOrder order{};
   for (int out = 0; out < kExactFp4PieceBlockBytes; ++out) {
     const int v = out / 24, p = (out % 24) / 8, i = out % 8;
-    const int k = 8 * v + (i / 2) + 4 * (i % 2);  // in the half: 8 (v % 2) + that
-    const int in_half = k % 16, h = k / 16;
-    order.index[out / 64][out % 64] = static_cast<uint8_t>(p < 2 ? 32 * p + 16 * h + in_half : 64 + 16 * h + in_half);
+    const int k = 8 * v + (i / 2) + 4 * (i % 2);
+    order.index[out / 64][out % 64] = static_cast<uint8_t>(64 * (k / 16) + 4 * (k % 16) + p);
+    order.flip[out / 64][out % 64] = p < 2 ? 0x80 : 0;
   }
   return order;
 }();
@@ -119,56 +139,52 @@ constexpr PieceOrder kPieceOrder = [] {
 DSFLASH_AVX512 void prepare_exact_fp4_rows(const uint8_t* codes, int64_t rows, int64_t k, int8_t* pieces,
                                            int32_t* biases, float* units, uint8_t* piece_counts) {
 #if !DSFLASH_AVX512_NO_VBMI
+  const __m512i flip_low = _mm512_load_si512(kPieceOrder.flip[0]);
+  const __m512i flip_high = _mm512_load_si512(kPieceOrder.flip[1]);
   const __m512i order_low = _mm512_load_si512(kPieceOrder.index[0]);
   const __m512i order_high = _mm512_load_si512(kPieceOrder.index[1]);
 #endif
+  const __m512i piece_bias = _mm512_set1_epi32(0x8080);
   const int64_t kb = k / 32;
   for (int64_t rb = 0; rb < rows * kb; ++rb) {
     const ExactFp4Block block = exact_fp4_block(codes + 32 * rb);
-    __m128i bytes[3][2];  // piece p of half h, k order
-    __m512i third = _mm512_setzero_si512();
-    for (int h = 0; h < 2; ++h) {
-      const __m512i p0 = low_signed_byte(block.n[h]);
-      const __m512i rest = _mm512_srai_epi32(_mm512_sub_epi32(block.n[h], p0), 8);
-      const __m512i p1 = low_signed_byte(rest);
-      const __m512i p2 = _mm512_srai_epi32(_mm512_sub_epi32(rest, p1), 8);
-      third = _mm512_or_si512(third, p2);
-      bytes[0][h] = _mm512_cvtepi32_epi8(p0);
-      bytes[1][h] = _mm512_cvtepi32_epi8(p1);
-      bytes[2][h] = _mm512_cvtepi32_epi8(p2);
-    }
-    __m512i low = _mm512_castsi128_si512(bytes[0][0]);
-    low = _mm512_inserti32x4(low, bytes[0][1], 1);
-    low = _mm512_inserti32x4(low, bytes[1][0], 2);
-    low = _mm512_inserti32x4(low, bytes[1][1], 3);
-    const __m512i high = _mm512_inserti32x4(_mm512_castsi128_si512(bytes[2][0]), bytes[2][1], 1);
+    const __m512i m0 = _mm512_add_epi32(block.n[0], piece_bias), m1 = _mm512_add_epi32(block.n[1], piece_bias);
     int8_t* block_pieces = pieces + kExactFp4PieceBlockBytes * rb;
 #if DSFLASH_AVX512_NO_VBMI
     // The same byte order without vpermt2b: through memory (96 bytes per block and row, beside the weights' MBs).
-    alignas(64) int8_t both[128];
-    _mm512_store_si512(both, low);
-    _mm512_store_si512(both + 64, high);
-    for (int i = 0; i < kExactFp4PieceBlockBytes; ++i) block_pieces[i] = both[kPieceOrder.index[i / 64][i % 64]];
+    alignas(64) uint8_t both[128];
+    _mm512_store_si512(both, m0);
+    _mm512_store_si512(both + 64, m1);
+    for (int i = 0; i < kExactFp4PieceBlockBytes; ++i)
+      block_pieces[i] = static_cast<int8_t>(both[kPieceOrder.index[i / 64][i % 64]] ^ kPieceOrder.flip[i / 64][i % 64]);
 #else
-    _mm512_storeu_si512(block_pieces, _mm512_permutex2var_epi8(low, order_low, high));
+    _mm512_storeu_si512(block_pieces, _mm512_xor_si512(_mm512_permutex2var_epi8(m0, order_low, m1), flip_low));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(block_pieces + 64),
-                        _mm512_castsi512_si256(_mm512_permutex2var_epi8(low, order_high, high)));
+                        _mm512_castsi512_si256(_mm512_xor_si512(_mm512_permutex2var_epi8(m0, order_high, m1),
+                                                                flip_high)));
 #endif
-    biases[rb] = -kExactFp4WeightBias * _mm512_reduce_add_epi32(_mm512_add_epi32(block.n[0], block.n[1]));
-    const bool exact = block.exact();
+    const auto [n_sum, magnitude_sum] = sum_lanes_of_both(_mm512_add_epi32(block.n[0], block.n[1]), block.magnitudes);
+    biases[rb] = -kExactFp4WeightBias * n_sum;
+    const bool exact = block.exact(magnitude_sum);
     // 2^(s - 11), s - 11 in [-10, 4]: a normal float's bits.
-    const uint32_t unit_bits = static_cast<uint32_t>(block.smallest - 11 + 127) << 23;
+    const uint32_t unit_bits =
+        static_cast<uint32_t>(_mm_cvtsi128_si32(_mm512_castsi512_si128(block.smallest_lanes)) - 11 + 127) << 23;
     float unit;
     std::memcpy(&unit, &unit_bits, sizeof(unit));
     units[rb] = exact ? unit : 0.0f;
-    piece_counts[rb] = static_cast<uint8_t>(!exact ? 0 : _mm512_test_epi32_mask(third, third) != 0 ? 3 : 2);
+    // p2 = 0 for every k: every M in [0, 2^16).
+    const bool third = _mm512_test_epi32_mask(_mm512_or_si512(m0, m1), _mm512_set1_epi32(~0xffff)) != 0;
+    piece_counts[rb] = static_cast<uint8_t>(!exact ? 0 : third ? 3 : 2);
   }
 }
 
 // Every partial sum of a block's products, in any order and grouping, is a multiple of 2^(s-11) of magnitude at
 // most 12 Σ |N| of them: exact in fp32 below 2^24 of them.
 DSFLASH_AVX512 void exact_fp4_blocks(const uint8_t* codes, int64_t k, uint8_t* exact) {
-  for (int64_t b = 0; b < k / 32; ++b) exact[b] = exact_fp4_block(codes + 32 * b).exact() ? 1 : 0;
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const ExactFp4Block block = exact_fp4_block(codes + 32 * b);
+    exact[b] = block.exact(_mm512_reduce_add_epi32(block.magnitudes)) ? 1 : 0;
+  }
 }
 
 namespace {
