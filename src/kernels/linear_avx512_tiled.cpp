@@ -397,11 +397,10 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
         }
       }
     };
-    // Blocks [b, b + NB) of the NT tiles, from the 64-entry tables where every one of them allows it. One row keeps
-    // the 128-entry ones (its loop is not bound by the conversion): with a choice per block and tile inside the loops
-    // it lost (bench_linear avx512 wo_b tiled rows:1, 2 threads, alternated 3x: 0.99 -> 0.96-0.97 of the read).
+    // Blocks [b, b + NB) of the NT tiles, from the 64-entry tables where every one of them allows it: one choice
+    // for the group, outside the loops (a choice per block and tile inside them lost 2-3% on one row).
     auto blocks = [&]<int NB>(int64_t b, int pieces) DSFLASH_AVX512 {
-      if constexpr (!kFp4 && kAvx512Vbmi && R > 1) {
+      if constexpr (!kFp4 && kAvx512Vbmi) {
         bool plain = g.plain_code_blocks != nullptr;
         for (int n = 0; n < NB && plain; ++n)
           for (int t = 0; t < NT && plain; ++t) plain = g.plain_block(tile + t, b + n);
@@ -413,7 +412,12 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
     // spill them), several rows one. One FP8 row with FMAs (the bf16-free table) also two: with four, the 16
     // accumulators, 8 pair vectors and their 8 fp32 halves spilled (bench_linear rows:1, avx512-no-bf16, 2
     // threads: wq_b 1.29 -> 1.08 ms, wo_b 1.21 -> 1.06-1.07 ms, as fast as the vdpbf16ps chain's 1.08-1.13).
-    constexpr int kBlocksAtOnce = R == 1 ? (kFma || (kFp4 && NT == 4) ? 2 : 4) : R == 2 && NT < 4 ? 2 : 1;
+    // One FP8 row on vdpbf16ps one block at a time (four tiles' chains are enough in flight), so that the 64-entry
+    // tables' choice covers 4 tile blocks, not 16: at subnormal codes ~1e-4 of all (one 512-code block in 20) 81%
+    // of the groups take them, against 44%. Its loop is bound by the conversion: from L2 (bench_linear, 64 x 8192
+    // and 256 x 2048 FP8 copies read over and over, one thread) 21 GB/s with four blocks and the full tables, 22-25
+    // with the choice per 16 blocks, 26-27.5 per 4, barely above one core's share of the memory read (18-20 GB/s).
+    constexpr int kBlocksAtOnce = R == 1 ? (kFma || (kFp4 && NT == 4) ? 2 : kFp4 ? 4 : 1) : R == 2 && NT < 4 ? 2 : 1;
     // The byte pieces block b takes for all R rows (the most any row needs), 0 if a row's block takes the chain.
     auto block_pieces = [&](int64_t b) {
       if (!kFp4 || g.exact_piece_counts == nullptr) return 0;

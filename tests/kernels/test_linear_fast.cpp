@@ -688,9 +688,9 @@ TEST(LinearFast, TileMajorNanCodesMatchReference) {
 }
 
 // Blocks known to hold only zero and normal codes (Fp8Weight::plain_code_blocks, as the load-time copy marks them)
-// decode from the 64-entry tables: the bits of the 128-entry ones, on every path (decode passes of 2-4 rows, the
-// multi-row path, the AMX table, the bf16 linear of FP8 codes; one row ignores the flags), with every code value in
-// the plain blocks and subnormal or NaN codes in others. Flags wrongly set on blocks with such codes fail it.
+// decode from the 64-entry tables: the bits of the 128-entry ones, on every path (decode passes of 1-4 rows, the
+// multi-row path, the AMX table, the bf16 linear of FP8 codes), with every code value in the plain blocks and
+// subnormal or NaN codes in others. Flags wrongly set on blocks with such codes fail it.
 TEST(LinearFast, PlainCodeBlocksGiveTheBitsOfTheFullTables) {
   const int64_t out = 64, in = 1024;  // 4 tiles x 32 blocks: 65536 codes
   ThreadPool pool(2);
@@ -736,8 +736,8 @@ TEST(LinearFast, PlainCodeBlocksGiveTheBitsOfTheFullTables) {
       misflagged.plain_code_blocks = wrong.data();
       k->fp8_gemm(x.view(), misflagged, got.data(), &pool);
       const std::string name = k->name;
-      // (The tables with VBMI read the flags, from 2 rows on.)
-      if (rows > 1 && name != "avx2" && name != "avx512-no-vbmi" && name != "avx512-no-vnni") {
+      // (The tables with VBMI read the flags.)
+      if (name != "avx2" && name != "avx512-no-vbmi" && name != "avx512-no-vnni") {
         EXPECT_FALSE(same_bits(got, want)) << where << " misflagged";
       }
       // The bf16 linear of the codes (wo_a), bf16 activations.
