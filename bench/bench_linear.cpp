@@ -73,9 +73,10 @@ const LinearShape kShapes[] = {
     {"wo_a_fp8_grouped", Format::kFp8AsBf16, 8192, 4096, false, 8},  // all 8 groups in one call, as the model runs it
     {"wo_a_fp8_by_group", Format::kFp8AsBf16, 8192, 4096, false, 8, true},  // the same as 8 calls
     {"head_bf16_fp32x", Format::kBf16Fp32x, 16384, 5120},  // the head slice with fp32 activations
-    // 288 KB / 256 KB slices of w2's and wo_b's shapes, read from L2 call after call.
+    // 288 KB / 512 KB slices of w2's and wo_b's shapes, read from L2 call after call (wo_b's four tiles: one FP8 row
+    // reads four at a time).
     {.name = "w2_mxfp4_cached", .format = Format::kFp4, .out = 256, .in = 2304, .cached = true, .swiglu_input = true},
-    {"wo_b_fp8_cached", Format::kFp8, 32, 8192, true},
+    {"wo_b_fp8_cached", Format::kFp8, 64, 8192, true},
 };
 
 uint64_t next_random(uint64_t& s) {
