@@ -45,56 +45,57 @@
 
 namespace DSFLASH_AVX512_NAMESPACE {
 
-const Avx512Tables& avx512_tables() {
-  static const Avx512Tables tables = [] {
-    const LinearDecodeTables& t = linear_decode_tables();
-    Avx512Tables a{};
-    for (int c = 0; c < 128; ++c) {
-      a.fp8_lo[c] = static_cast<uint8_t>(t.e4m3_bf16[c] & 0xff);
-      a.fp8_hi[c] = static_cast<uint8_t>(t.e4m3_bf16[c] >> 8);
-      a.fp8_words[c] = t.e4m3_bf16[c];
+namespace {
+Avx512Tables make_avx512_tables() {
+  const LinearDecodeTables& t = linear_decode_tables();
+  Avx512Tables a{};
+  for (int c = 0; c < 128; ++c) {
+    a.fp8_lo[c] = static_cast<uint8_t>(t.e4m3_bf16[c] & 0xff);
+    a.fp8_hi[c] = static_cast<uint8_t>(t.e4m3_bf16[c] >> 8);
+    a.fp8_words[c] = t.e4m3_bf16[c];
+  }
+  // Entry i: a zero or normal code with those 6 bits. Low bytes: exponent 1..7 as it is, else exponent + 8
+  // (code 0 -> 64, e8 m0: low byte 0 as zero's). High bytes: code 2i, whose high byte every code of that
+  // exponent shares (entries 1-3 would be subnormals: never looked up).
+  for (int i = 0; i < 64; ++i) {
+    a.fp8_plain_lo[i] = a.fp8_lo[(i & 0x38) != 0 ? i : i | 0x40];
+    a.fp8_plain_hi[i] = a.fp8_hi[2 * i];
+  }
+  for (int c = 0; c < 32; ++c) a.fp4[c] = t.e2m1_bf16[c % 16];
+  for (int c = 0; c < 16; ++c) {
+    const uint32_t bits = static_cast<uint32_t>(t.e2m1_bf16[c]) << 16;
+    std::memcpy(&a.fp4_f32[c], &bits, 4);
+  }
+  for (int c = 0; c < 64; ++c)
+    a.fp4_biased[c] = static_cast<uint8_t>(static_cast<int>(2.0f * t.e2m1_f32[c % 16]) + kExactFp4WeightBias);
+  // Y_s word 8*m + r (lane m, r = 0..7) <- output t = r % 4 of the 4 (two per source register, 16 code
+  // pairs each), code pair j = 8s + 2m + r / 4.
+  for (int s = 0; s < 2; ++s)
+    for (int p = 0; p < 32; ++p) {
+      const int m = p / 8, r = p % 8, t = r % 4, j = 8 * s + 2 * m + r / 4;
+      a.fp8_gather[s][p] = static_cast<uint16_t>((t / 2) * 32 + 16 * (t % 2) + j);
     }
-    // Entry i: a zero or normal code with those 6 bits. Low bytes: exponent 1..7 as it is, else exponent + 8
-    // (code 0 -> 64, e8 m0: low byte 0 as zero's). High bytes: code 2i, whose high byte every code of that
-    // exponent shares (entries 1-3 would be subnormals: never looked up).
-    for (int i = 0; i < 64; ++i) {
-      a.fp8_plain_lo[i] = a.fp8_lo[(i & 0x38) != 0 ? i : i | 0x40];
-      a.fp8_plain_hi[i] = a.fp8_hi[2 * i];
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 32; ++i) {
+      a.interleave[h][2 * i] = static_cast<uint8_t>(32 * h + i);
+      a.interleave[h][2 * i + 1] = static_cast<uint8_t>(64 + 32 * h + i);
     }
-    for (int c = 0; c < 32; ++c) a.fp4[c] = t.e2m1_bf16[c % 16];
-    for (int c = 0; c < 16; ++c) {
-      const uint32_t bits = static_cast<uint32_t>(t.e2m1_bf16[c]) << 16;
-      std::memcpy(&a.fp4_f32[c], &bits, 4);
-    }
-    for (int c = 0; c < 64; ++c)
-      a.fp4_biased[c] = static_cast<uint8_t>(static_cast<int>(2.0f * t.e2m1_f32[c % 16]) + kExactFp4WeightBias);
-    // Y_s word 8*m + r (lane m, r = 0..7) <- output t = r % 4 of the 4 (two per source register, 16 code
-    // pairs each), code pair j = 8s + 2m + r / 4.
-    for (int s = 0; s < 2; ++s)
-      for (int p = 0; p < 32; ++p) {
-        const int m = p / 8, r = p % 8, t = r % 4, j = 8 * s + 2 * m + r / 4;
-        a.fp8_gather[s][p] = static_cast<uint16_t>((t / 2) * 32 + 16 * (t % 2) + j);
-      }
-    for (int h = 0; h < 2; ++h)
-      for (int i = 0; i < 32; ++i) {
-        a.interleave[h][2 * i] = static_cast<uint8_t>(32 * h + i);
-        a.interleave[h][2 * i + 1] = static_cast<uint8_t>(64 + 32 * h + i);
-      }
-    // Y byte 16m + 4q + t <- Z byte 16t + 4m + q (Z lane t = output t's 16 packed bytes).
-    for (int m = 0; m < 4; ++m)
-      for (int q = 0; q < 4; ++q)
-        for (int t = 0; t < 4; ++t) a.fp4_gather[16 * m + 4 * q + t] = static_cast<uint8_t>(16 * t + 4 * m + q);
+  // Y byte 16m + 4q + t <- Z byte 16t + 4m + q (Z lane t = output t's 16 packed bytes).
+  for (int m = 0; m < 4; ++m)
     for (int q = 0; q < 4; ++q)
-      for (int n = 0; n < 4; ++n)
-        for (int t = 0; t < 4; ++t) a.scale_regroup[16 * q + 4 * n + t] = static_cast<uint8_t>(16 * n + 4 * q + t);
-    for (int c = 0; c < 64; ++c) {
-      a.fp4_lo[c] = static_cast<uint8_t>(t.e2m1_bf16[c % 16] & 0xff);
-      a.fp4_hi[c] = static_cast<uint8_t>(t.e2m1_bf16[c % 16] >> 8);
-    }
-    return a;
-  }();
-  return tables;
+      for (int t = 0; t < 4; ++t) a.fp4_gather[16 * m + 4 * q + t] = static_cast<uint8_t>(16 * t + 4 * m + q);
+  for (int q = 0; q < 4; ++q)
+    for (int n = 0; n < 4; ++n)
+      for (int t = 0; t < 4; ++t) a.scale_regroup[16 * q + 4 * n + t] = static_cast<uint8_t>(16 * n + 4 * q + t);
+  for (int c = 0; c < 64; ++c) {
+    a.fp4_lo[c] = static_cast<uint8_t>(t.e2m1_bf16[c % 16] & 0xff);
+    a.fp4_hi[c] = static_cast<uint8_t>(t.e2m1_bf16[c % 16] >> 8);
+  }
+  return a;
 }
+}  // namespace
+
+const Avx512Tables kAvx512Tables = make_avx512_tables();
 
 namespace {
 

@@ -102,7 +102,10 @@ struct Avx512Tables {
   alignas(64) uint8_t fp4_lo[64];          // vpshufb: e2m1 code -> low / high byte of its bf16 (x4 lanes)
   alignas(64) uint8_t fp4_hi[64];
 };
-const Avx512Tables& avx512_tables();
+// Built once before main (a function-local static would put its guard's check and a call in every decode kernel
+// call, thousands per step).
+extern const Avx512Tables kAvx512Tables;
+inline const Avx512Tables& avx512_tables() { return kAvx512Tables; }
 
 struct GemmArgs {
   const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
