@@ -103,6 +103,30 @@ void bm_hc_mixes(benchmark::State& state, const Backend* b, int64_t tokens) {
   state.SetItemsProcessed(state.iterations() * tokens);
 }
 
+// hc_mixes as a decode step meets it: the site's fn [24, hc * dim] fp32 read from memory (copies cycled past the
+// caches, 1.5 MB each), against the machine's read bandwidth measured in the same run (fn_GBps / read_GBps).
+void bm_hc_mixes_cold(benchmark::State& state, const Backend* b, int64_t tokens) {
+  HcInputs in(tokens);
+  constexpr int64_t kCycledBytes = int64_t{512} << 20;
+  const int64_t fn_bytes = static_cast<int64_t>(in.fn.size() * sizeof(float));
+  std::vector<std::vector<float>> copies(static_cast<size_t>(kCycledBytes / fn_bytes), in.fn);
+  size_t c = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const HcSiteWeights site{copies[c].data(), in.base.data(), in.scale.data()};
+    b->hc_mixes(in.streams.data(), tokens, site, in.shape, in.pre.data(), in.post.data(), in.comb.data(),
+                shared_pool());
+    benchmark::DoNotOptimize(in.comb.data());
+    c = (c + 1) % copies.size();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double fn_gbps = static_cast<double>(fn_bytes) * static_cast<double>(state.iterations()) / seconds / 1e9;
+  const double read_gbps = measure_read_bandwidth(shared_pool()).gbps;
+  state.counters["fn_GBps"] = fn_gbps;
+  state.counters["read_GBps"] = read_gbps;
+  state.counters["vs_read"] = fn_gbps / read_gbps;
+}
+
 void bm_hc_pre(benchmark::State& state, const Backend* b, int64_t tokens) {
   HcInputs in(tokens);
   for (float& p : in.pre) p = 0.25f;
@@ -262,7 +286,8 @@ using BackendBench = void (*)(benchmark::State&, const Backend*, int64_t);
 void register_all() {
   const std::pair<const char*, BackendBench> entries[] = {
       {"act_quant", bm_act_quant}, {"linear_fp8", bm_linear_fp8}, {"rmsnorm", bm_rmsnorm},
-      {"hc_mixes", bm_hc_mixes},   {"hc_pre", bm_hc_pre},         {"hc_post", bm_hc_post},
+      {"hc_mixes", bm_hc_mixes},   {"hc_mixes_cold", bm_hc_mixes_cold}, {"hc_pre", bm_hc_pre},
+      {"hc_post", bm_hc_post},
       {"rope_rotate", bm_rope_rotate}, {"swiglu", bm_swiglu}, {"index_scores", bm_index_scores},
       {"index_scores_rows", bm_index_scores_rows}, {"kv_rows", bm_kv_rows},
   };
