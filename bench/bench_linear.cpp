@@ -11,8 +11,11 @@
 // threads in the same run (peak_GFLOPs; vs_peak = GFLOPs / peak_GFLOPs): many rows are bound by the multiplies,
 // not the read (best_vs_peak: from the fastest call). Rows 2048 (one prefill chunk) run for the tile-major FP8 /
 // MXFP4 shapes only.
-// Weights are several copies cycled so that each call reads from memory, not from the 32 MB L3; the "_cached"
-// shapes instead read one L2-resident copy, which shows what the kernel computes when memory is not the limit.
+// Weights are several copies cycled (256 MB in all) so that each call reads from memory, not from a 32 MB L3; where
+// the L3 is larger some of it may come from there, for the kernel and the read alike (a Xeon reporting 480 MB: 1 GB
+// of copies lowered both by 5-10% and left vs_read where it was). The "_cached" shapes instead read one L2-resident
+// copy, which shows what the kernel computes when memory is not the limit. exact_fp4_prepare/<shape>: the one-row
+// MXFP4 activation preparation the AVX-512 tables run before each call.
 // Run: build-<you>/bench/bench_linear [--threads=N] [--benchmark_filter=avx512] [--benchmark_repetitions=3]
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -39,7 +42,7 @@
 namespace dsflash {
 namespace {
 
-constexpr int64_t kMinCycledBytes = int64_t{256} << 20;  // 8x the L3
+constexpr int64_t kMinCycledBytes = int64_t{256} << 20;
 
 // kBf16 takes bf16 activations (the bf16 F.linear case); kBf16Fp32x genuine fp32 ones (the "fp32" linears);
 // kFp8AsBf16 FP8 weights run as their bf16 values against bf16 activations (wo_a, fp8_as_bf16_gemm).
@@ -139,7 +142,6 @@ uint64_t read_bytes(const uint8_t* p, int64_t n, ThreadPool& pool, ReadLoop loop
   return total;
 }
 
-// tile_major: FP8/FP4 weights repacked as the engine does at load for a table that prefers it (kernels/linear.h).
 // Activations as the model makes them: act_quant of bf16 values of one scale (normal, as hidden states are, or
 // SwiGLU outputs), so the codes' magnitudes within a block spread as real ones do (exact_fp4_partials depends on
 // that spread). codes [rows, in] e4m3, scales [rows, in / 32] ue8m0.
@@ -160,6 +162,7 @@ void make_activations(const LinearShape& shape, int64_t rows, std::vector<uint8_
   }
 }
 
+// tile_major: FP8/FP4 weights repacked as the engine does at load for a table that prefers it (kernels/linear.h).
 void run_linear(benchmark::State& state, const LinearKernels* kernels, LinearShape shape, int64_t rows,
                 int threads, bool tile_major) {
   ThreadPool pool(threads);
