@@ -90,7 +90,7 @@ struct Fp8Weight {
   // kernels whose fast paths would turn NaN codes into numbers then skip looking for them.
   bool may_hold_nan = true;
   // Tile-major only: [out/16, in/32], 1 where the tile's block (its 512 codes) holds no subnormal and no NaN code
-  // (fp8_code_is_subnormal_or_nan), as the load-time copy finds out. The AVX-512 kernels of 2 or more rows decode
+  // (fp8_code_is_subnormal_or_nan), as the load-time copy finds out. The AVX-512 kernels with VBMI decode
   // such blocks with two 64-entry byte lookups (vpermb) instead of two 128-entry ones (vpermt2b, about twice the
   // shuffle port's time each); the same bits either way. nullptr: every block takes the 128-entry lookups. (An
   // estimate, not a measurement of released weights: normal-like weights quantised per 32x32 block put a subnormal,

@@ -217,12 +217,6 @@ GroupedGemmItem MoeLayer::down_item(const ExpertRun& run) const {
   return GroupedGemmItem{run.h(inter_dim_), e.fp4 ? nullptr : &e.w2_fp8, e.fp4 ? &e.w2_fp4 : nullptr, run.out};
 }
 
-void MoeLayer::gemm(const GroupedGemmItem& item, const ComputeContext& ctx) {
-  ProfileScope profile_scope(ctx.profile, ProfilePhase::kLinear);
-  if (item.fp4 != nullptr) ctx.backend->fp4_gemm(item.x, *item.fp4, item.y, ctx.pool);
-  else ctx.backend->fp8_gemm(item.x, *item.fp8, item.y, ctx.pool);
-}
-
 void MoeLayer::swiglu_quant(const ExpertRun& run, const ComputeContext& ctx) const {
   // hidden [n, inter] = SwiGLU (kernels/swiglu.h: bf16 GEMM outputs, fp32 with the clamps and the routed
   // weight, bf16). Element-wise, so any split over the pool gives the same bits: ranges of elements, so that one
@@ -254,10 +248,12 @@ void MoeLayer::add_output(const ExpertRun& run, const ComputeContext& ctx, float
 }
 
 void MoeLayer::run_expert(const ExpertRun& run, const ComputeContext& ctx, float* y) const {
+  // One GEMM per call (grouped_gemm of one item: the backend's call on the whole weight).
   GroupedGemmItem items[2];
-  for (int i = 0, count = gate_up_items(run, items); i < count; ++i) gemm(items[i], ctx);
+  for (int i = 0, count = gate_up_items(run, items); i < count; ++i) grouped_gemm({&items[i], 1}, ctx);
   swiglu_quant(run, ctx);
-  gemm(down_item(run), ctx);
+  const GroupedGemmItem down = down_item(run);
+  grouped_gemm({&down, 1}, ctx);
   add_output(run, ctx, y);
 }
 

@@ -99,10 +99,9 @@ class MoeLayer {
   };
   ExpertRun prepare_expert(const ExpertWeights& expert, const uint8_t* codes, const uint8_t* scales,
                            std::span<const int64_t> rows, std::span<const float> row_weights, Arena& frame) const;
-  // The expert's gate/up GEMMs (1 paired or 2) into items (room for 2); its down GEMM. One GEMM's call.
+  // The expert's gate/up GEMMs (1 paired or 2) into items (room for 2); its down GEMM.
   static int gate_up_items(const ExpertRun& run, GroupedGemmItem* items);
   GroupedGemmItem down_item(const ExpertRun& run) const;
-  static void gemm(const GroupedGemmItem& item, const ComputeContext& ctx);
   void swiglu_quant(const ExpertRun& run, const ComputeContext& ctx) const;  // hidden, h
   void add_output(const ExpertRun& run, const ComputeContext& ctx, float* y) const;  // y[rows] += bf16(out)
   // Adds w_e * expert(x rows) for one expert into y.
