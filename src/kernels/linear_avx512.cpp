@@ -333,6 +333,22 @@ DSFLASH_AVX512 void fold_weight_scales(const float (*sw)[kTile], int nb, __m512i
   }
 }
 
+// Tiles per panel of gemm_tiles_rows. Where all rows' activations fit in the core's L2 with room to spare, one tile
+// group: its chunks in turn, as the activations stay cached across groups anyway. Otherwise as many tile groups as
+// keep the panel's outputs ([rows, panel tiles x 16] fp32) within kPanelOutputBytes, so that they and one chunk's
+// activations ([rows, 256] fp32 at most 1 KB a row, kPrefillRowBlock rows) stay in L2 while the panel's chunks pass,
+// and the activations come from L3 once per panel instead of once per tile group.
+// With the chunk-major fp32 activations (bench_linear --threads=2, avx512fma, alternated 3x; one thread showed no
+// clear change: the gain is in the two cores' shared L3 traffic): wo_b 256 rows 89.6-101 -> 80.5-86.5 ms, wq_b 2048
+// rows 646-676 -> 620-649 ms; with panels from 1 MB, wq_b 256 rows (1.3 MB of activations) lost ~5%.
+constexpr int64_t kCachedActivationBytes = 3 << 19, kPanelOutputBytes = 512 << 10;
+int64_t chunk_panel_tiles(const GemmArgs& g, int kTiles) {
+  const int64_t act_bytes = g.rows * g.in * (g.act_f32 != nullptr ? 4 : 2);
+  if (act_bytes <= kCachedActivationBytes) return kTiles;
+  const int64_t tiles = kPanelOutputBytes / (g.rows * kTile * static_cast<int64_t>(sizeof(float)));
+  return std::max<int64_t>(kTiles, tiles / kTiles * kTiles);
+}
+
 // Tiles [tile_begin, tile_end) of y for all rows, kTiles at a time: per chunk of kBlocksPerChunk blocks, the
 // tiles' weights are converted into the scratch (8 KB each), then every row passes over it: in rows_chunk (2
 // tiles: 16 KB, in L1), or (kAmx) in amx_rows_chunk (2, or kAmxTilesPerPass from kAmxWideRows rows on: each
@@ -367,23 +383,37 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
 
   alignas(64) float sw[kTiles][kBlocksPerChunk][kTile];
   alignas(64) TileScratch scratch[kTiles];
-  for (int64_t tile = tile_begin; tile < tile_end; tile += kTiles) {
-    const int nt = static_cast<int>(std::min<int64_t>(kTiles, tile_end - tile));
-    const int64_t o0 = tile * kTile;
-    __mmask16 masks[kTiles];
-    const uint8_t* rows[kTiles][kTile];
-    int64_t rows_o[kTiles][kTile];
-    for (int t = 0; t < nt; ++t) {
-      const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0 - t * kTile));
-      masks[t] = static_cast<__mmask16>((1u << n) - 1);
-      tile_rows(tile + t, rows[t]);
-      for (int i = 0; i < kTile; ++i) rows_o[t][i] = o0 + t * kTile + std::min(i, n - 1);
-    }
-    if constexpr (kFp4) {
-      for (int t = kTiles; t < 2 * kTiles; ++t)  // the next pass's
-        if (tile + t < tile_end) prefetch_fp4_scales(g, tile + t);
-    }
-    for (int64_t b0 = 0; b0 < g.kb; b0 += kBlocksPerChunk) {
+  // The steps (tile group, chunk) go panel by panel (panel_tiles tiles, see chunk_panel_tiles), chunk by chunk in a
+  // panel, its tile groups in each chunk: the chunk's activations then serve the whole panel from L2, and the
+  // panel's outputs stay there for its next chunk. A panel of one tile group is one group's chunks in turn.
+  const int64_t panel_tiles = chunk_panel_tiles(g, kTiles);
+  for (int64_t panel = tile_begin; panel < tile_end; panel += panel_tiles) {
+    const int64_t panel_end = std::min(tile_end, panel + panel_tiles);
+    // The step after (tile, b0) (tile == tile_end: none).
+    auto next_step = [&](int64_t tile, int64_t b0) {
+      if (tile + kTiles < panel_end) return std::pair{tile + kTiles, b0};
+      if (b0 + kBlocksPerChunk < g.kb) return std::pair{panel, b0 + kBlocksPerChunk};
+      return std::pair{panel_end, int64_t{0}};
+    };
+    for (int64_t b0 = 0; b0 < g.kb; b0 += kBlocksPerChunk)  // (one body for both loops)
+    for (int64_t tile = panel; tile < panel_end; tile += kTiles) {
+      const int nt = static_cast<int>(std::min<int64_t>(kTiles, panel_end - tile));
+      const int64_t o0 = tile * kTile;
+      const auto [next_tile, next_b0] = next_step(tile, b0);
+      __mmask16 masks[kTiles];
+      const uint8_t* rows[kTiles][kTile];
+      int64_t rows_o[kTiles][kTile];
+      for (int t = 0; t < nt; ++t) {
+        const int n = static_cast<int>(std::min<int64_t>(kTile, g.out - o0 - t * kTile));
+        masks[t] = static_cast<__mmask16>((1u << n) - 1);
+        tile_rows(tile + t, rows[t]);
+        for (int i = 0; i < kTile; ++i) rows_o[t][i] = o0 + t * kTile + std::min(i, n - 1);
+      }
+      if constexpr (kFp4) {
+        if (b0 == 0)  // the next group's, once (its later chunks find them in cache)
+          for (int t = 0; t < kTiles; ++t)
+            if (tile + kTiles + t < tile_end) prefetch_fp4_scales(g, tile + kTiles + t);
+      }
       const int nb = static_cast<int>(std::min<int64_t>(kBlocksPerChunk, g.kb - b0));
       for (int t = 0; t < nt; ++t) {
         if constexpr (kFp4) {
@@ -395,16 +425,20 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
             _mm512_store_ps(sw[t][b], _mm512_set1_ps(dt.e8m0_f32[g.w_scales[scale_row * g.kb + b0 + b]]));
         }
         if (g.tile_major) {
-          // The chunk is nb * block bytes in a row; the next chunk of this tile (if any) follows it. rows_chunk
-          // prefetches that while the rows run (ChunkPrefetch); AMX passes, shorter, take it here.
-          const int64_t chunk_bytes = kTiledVectors<kFp4> * kTileMajorVectorBytes * kBlocksPerChunk;
-          const uint8_t* src = g.w + (tile + t) * kTile * row_bytes + b0 * kTiledVectors<kFp4> * kTileMajorVectorBytes;
-          const bool prefetch = kAmx && b0 + kBlocksPerChunk < g.kb;
+          // The chunk is nb * block bytes in a row. rows_chunk prefetches the next step's while the rows run
+          // (ChunkPrefetch); AMX passes, shorter, take it here, the same tile's block for this one.
+          auto chunk_start = [&](int64_t tile_index, int64_t first_block) {
+            return g.w + tile_index * kTile * row_bytes + first_block * kTiledVectors<kFp4> * kTileMajorVectorBytes;
+          };
+          const uint8_t* src = chunk_start(tile + t, b0);
+          const bool prefetch = kAmx && next_tile + t < tile_end;
+          const int64_t ahead = prefetch ? chunk_start(next_tile + t, next_b0) - src : 0;
+          const int next_nb = static_cast<int>(std::min<int64_t>(kBlocksPerChunk, g.kb - next_b0));
           for (int b = 0; b < nb; ++b) {
             const bool plain = !kFp4 && kAvx512Vbmi && g.plain_block(tile + t, b0 + b);
             for (int v = 0; v < kTiledVectors<kFp4>; ++v) {
               const uint8_t* vector = src + (b * kTiledVectors<kFp4> + v) * kTileMajorVectorBytes;
-              if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(vector + chunk_bytes), _MM_HINT_T0);
+              if (prefetch && b < next_nb) _mm_prefetch(reinterpret_cast<const char*>(vector + ahead), _MM_HINT_T0);
               __m512i w[kTiledPairs<kFp4>];
               if (plain) tiled_plain_fp8_pairs(vector, plain_tables, w);
               else tiled_pairs<kFp4>(vector, tiled_tables, w);
@@ -415,16 +449,13 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
           continue;
         }
         if constexpr (kAvx512Vbmi) {  // row-major weights (the VBMI-free copy hands them to the avx2 table)
-          // The rows' bytes of the next chunk (these tiles, or the next pair of the range) are prefetched
-          // while this one converts: 16-32 short row streams defeat the hardware prefetchers.
+          // The rows' bytes of the next step's chunk are prefetched while this one converts: 16-32 short row
+          // streams defeat the hardware prefetchers.
           const uint8_t* next[kTile];
-          bool have_next = true;
-          if (b0 + kBlocksPerChunk < g.kb) {
-            for (int i = 0; i < kTile; ++i) next[i] = rows[t][i] + block_offset(b0 + kBlocksPerChunk);
-          } else if (tile + kTiles + t < tile_end) {
-            tile_rows(tile + kTiles + t, next);
-          } else {
-            have_next = false;
+          const bool have_next = next_tile + t < tile_end;
+          if (have_next) {
+            tile_rows(next_tile + t, next);
+            for (int i = 0; i < kTile; ++i) next[i] += block_offset(next_b0);
           }
           // Output i's block b at src + offsets[i] (one pointer to move, not 16).
           int64_t offsets[kTile];
@@ -454,16 +485,13 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
                        first, masks, scales, g.exact_blocks != nullptr ? g.exact_blocks + b0 : nullptr);
         continue;
       }
-      // Tile-major: the next chunk to convert (this pass's tiles further on, or the next pass's first), fetched
-      // while the rows run over this one, its lines spread over every rows_chunk call and block. Converting
-      // from memory instead, with the prefetches in one burst, stalled on the line fill buffers (16 rows: ~1/5
-      // of the decode step in the conversion).
+      // Tile-major: the next step's chunk to convert, fetched while the rows run over this one, its lines spread
+      // over every rows_chunk call and block. Converting from memory instead, with the prefetches in one burst,
+      // stalled on the line fill buffers (16 rows: ~1/5 of the decode step in the conversion).
       constexpr int kBlockLines = kTiledVectors<kFp4> * kTileMajorVectorBytes / 64;
       const uint8_t* next_lines[kTiles * kBlocksPerChunk * kBlockLines];
       int total_lines = 0;
       if (g.tile_major) {
-        const int64_t next_b0 = b0 + kBlocksPerChunk < g.kb ? b0 + kBlocksPerChunk : 0;
-        const int64_t next_tile = next_b0 > 0 ? tile : tile + kTiles;
         const int64_t lines_per_tile = std::min<int64_t>(kBlocksPerChunk, g.kb - next_b0) * kBlockLines;
         for (int64_t t = next_tile; t < std::min(next_tile + kTiles, tile_end); ++t)
           for (int64_t l = 0; l < lines_per_tile; ++l)
@@ -482,16 +510,19 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
         ++calls_started;
         const uint8_t* sa = g.act_scales + r * g.kb + b0;
         float* y = g.y + r * g.out + o0;
-        auto with_act = [&]<BlockScales kScales>(const auto* act) DSFLASH_AVX512 {
+        // act: row r at the chunk's first input, rows `stride` apart.
+        auto with_act = [&]<BlockScales kScales>(const auto* act, int64_t stride) DSFLASH_AVX512 {
           if (nt == 2)
-            rows_chunk<RT, 2, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks, prefetch);
+            rows_chunk<RT, 2, kScales>(scratch, nb, sws, act, stride, sa, g.kb, y, g.out, first, masks, prefetch);
           else
-            rows_chunk<RT, 1, kScales>(scratch, nb, sws, act, g.in, sa, g.kb, y, g.out, first, masks, prefetch);
+            rows_chunk<RT, 1, kScales>(scratch, nb, sws, act, stride, sa, g.kb, y, g.out, first, masks, prefetch);
         };
         auto call = [&]<BlockScales kScales>() DSFLASH_AVX512 {
-          if constexpr (!kAvx512Bf16) with_act.template operator()<kScales>(g.act_f32 + r * g.in + 32 * b0);
-          else if (g.act_f32 != nullptr) with_act.template operator()<kScales>(g.act_f32 + r * g.in + 32 * b0);
-          else with_act.template operator()<kScales>(g.act + r * g.in + 32 * b0);
+          const float* act_f32 =
+              g.act_f32 + b0 / kBlocksPerChunk * g.act_f32_chunk_stride + r * g.act_f32_row_stride;
+          if constexpr (!kAvx512Bf16) with_act.template operator()<kScales>(act_f32, g.act_f32_row_stride);
+          else if (g.act_f32 != nullptr) with_act.template operator()<kScales>(act_f32, g.act_f32_row_stride);
+          else with_act.template operator()<kScales>(g.act + r * g.in + 32 * b0, g.in);
         };
         switch (scales) {
           case BlockScales::kNone: call.template operator()<BlockScales::kNone>(); break;
@@ -558,6 +589,15 @@ DSFLASH_AVX512 void widen_bf16(const uint16_t* bf16, int64_t n, float* out) {
   }
 }
 
+// Rows [r0, r1) of bf16 bits [rows, in] -> the same values as fp32 in GemmArgs::act_f32's chunk-major order.
+DSFLASH_AVX512 void widen_bf16_chunk_major(const uint16_t* bf16, int64_t rows, int64_t in, int64_t r0, int64_t r1,
+                                           float* out) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t k0 = 0; k0 < in; k0 += kChunkInputs)
+      widen_bf16(bf16 + r * in + k0, std::min(kChunkInputs, in - k0),
+                 out + k0 / kChunkInputs * rows * kChunkInputs + r * kChunkInputs);
+}
+
 // Every x[i] is 0 or of magnitude >= 2^-100 (NaN and infinity count as large).
 DSFLASH_AVX512 bool bf16_products_stay_normal(const float* x, int64_t n) {
   const __m512i magnitude_bits = _mm512_set1_epi32(0x7fffffff), smallest = _mm512_set1_epi32(27 << 23);  // 2^-100
@@ -611,6 +651,8 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
   g.npairs = (g.kb + 1) / 2;
   g.rows = x.rows;
   g.act_scales = x.scales;
+  g.act_f32_row_stride = in;  // row-major unless the multi-row path lays it out chunk-major
+  g.act_f32_chunk_stride = kChunkInputs;
   ThreadScratch scratch(pool);
   // Groups (x.groups > 1): each group a GEMM of its own on its rows of the weight (out / groups outputs), its
   // activations (group-major [groups, rows, in] once prepared) and its outputs, group-major [groups, rows, out_g]
@@ -779,7 +821,12 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     act = scratch.take<uint16_t>(static_cast<size_t>((x.rows * groups + padding_rows) * in));
     std::fill(act.begin() + x.rows * groups * in, act.end(), uint16_t{0});
   }
-  if (fma && bf16_rows) act_f32 = scratch.take<float>(static_cast<size_t>(x.rows * groups * in));
+  // One group's fp32 rows chunk-major (GemmArgs::act_f32): a row tile's inputs of one chunk are then 8 KB in a row,
+  // not 8 rows of 1 KB `in` apart. Groups keep [groups, rows, in].
+  const bool chunk_major = groups == 1;
+  const int64_t chunks = (in + kChunkInputs - 1) / kChunkInputs;
+  if (fma && bf16_rows)
+    act_f32 = scratch.take<float>(static_cast<size_t>(chunk_major ? chunks * x.rows * kChunkInputs : x.rows * groups * in));
   std::span<uint8_t> exact_blocks;
   if (fp4_on_tiles) exact_blocks = scratch.take<uint8_t>(static_cast<size_t>(x.rows * g.kb));
   auto prepare = [&](int64_t r0, int64_t r1) {
@@ -787,7 +834,9 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     natural.prepare(act.data(), r0, r1);
     if (fp4_on_tiles)
       for (int64_t r = r0; r < r1; ++r) exact_fp4_blocks(x.codes->codes + r * in, in, exact_blocks.data() + r * g.kb);
-    if (fma)
+    if (fma && chunk_major)
+      widen_bf16_chunk_major(act.data(), x.rows, in, r0, r1, act_f32.data());
+    else if (fma)
       for (int64_t group = 0; group < groups; ++group) {
         const int64_t first = (group * x.rows + r0) * in;
         widen_bf16(act.data() + first, (r1 - r0) * in, act_f32.data() + first);
@@ -799,6 +848,10 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     prepare(0, x.rows);
   g.act = act.data();
   if (fma) g.act_f32 = bf16_rows ? act_f32.data() : x.bf16_values;
+  if (fma && bf16_rows && chunk_major) {
+    g.act_f32_row_stride = kChunkInputs;
+    g.act_f32_chunk_stride = x.rows * kChunkInputs;
+  }
   if (fp4_on_tiles) g.exact_blocks = exact_blocks.data();
   // The tiles per pass: on AMX, 8 once the tile loads of the activations outweigh the scratch's cache misses.
   auto rows_pass = [&](const GemmArgs& part, int64_t tile_begin, int64_t tile_end) {

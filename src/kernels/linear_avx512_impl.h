@@ -113,9 +113,14 @@ struct GemmArgs {
   int64_t out = 0, in = 0, kb = 0, npairs = 0, rows = 0;
   bool tile_major = false;  // weight order (kernels/linear.h)
   const uint16_t* act = nullptr;      // prepared [rows, npairs, 64] bf16
-  // The multi-row path's activations as fp32 [rows, in] (the values of act, k order) where it multiplies with fp32
-  // FMAs (RowsMultiply::kFp32Fma); nullptr: vdpbf16ps on act.
+  // The activations as fp32 (the values of act) where the multi-row path or the decode passes multiply with fp32
+  // FMAs (RowsMultiply::kFp32Fma); nullptr: vdpbf16ps on act. Row r's k at act_f32[(k / kChunkInputs) *
+  // act_f32_chunk_stride + r * act_f32_row_stride + k % kChunkInputs]: row-major [rows, in] (row stride in, chunk
+  // stride kChunkInputs), or in the multi-row path chunk-major [in / kChunkInputs rounded up, rows, kChunkInputs]
+  // (row stride kChunkInputs, chunk stride rows * kChunkInputs), so that the rows' inputs of one scratch chunk
+  // are contiguous.
   const float* act_f32 = nullptr;
+  int64_t act_f32_row_stride = 0, act_f32_chunk_stride = 0;
   const uint8_t* act_scales = nullptr;  // [rows, kb] ue8m0
   // MXFP4 rows of the tile-major decode as integers where that is exact (prepare_exact_fp4_rows, kernels/linear_impl.h):
   // exact_pieces [rows, kb, kExactFp4PieceBlockBytes] the activations' integer bytes, exact_biases [rows, kb] int32,
@@ -146,7 +151,7 @@ struct GemmArgs {
   // The arguments from row r0 on (every per-row array is row-major).
   void advance_rows(int64_t r0) {
     if (act != nullptr) act += r0 * in;  // either may be absent (null)
-    if (act_f32 != nullptr) act_f32 += r0 * in;
+    if (act_f32 != nullptr) act_f32 += r0 * act_f32_row_stride;
     act_scales += r0 * kb;
     if (exact_blocks != nullptr) exact_blocks += r0 * kb;
     if (exact_pieces != nullptr) {
@@ -337,6 +342,7 @@ DSFLASH_AVX512 inline void pair_as_fp32(__m512i pairs, __m512* odd, __m512* even
 
 // ---- Multi-row path (gemm_tiles_rows in linear_avx512.cpp) ----
 constexpr int kBlocksPerChunk = 8;  // 2 tiles x 8 blocks x 1 KB = 16 KB of scratch, in L1 while rows pass
+constexpr int64_t kChunkInputs = 32 * kBlocksPerChunk;
 // Scratch of one tile for one chunk: [block][pair j] zmm, lane = output o's bf16 pair (k = 2j, 2j+1) as a dword.
 // One block of it is also an AMX B tile: 16 rows (j) of 64 bytes in the VNNI pair layout TDPBF16PS reads.
 using TileScratch = __m512i[kBlocksPerChunk * 16];
