@@ -105,7 +105,13 @@ namespace {
 // dp(acc, W_j, broadcast(activation pair j)) over the 16 j leaves output o's block partial in lane o (no
 // horizontal reduction), and one converted block serves every row. Activations are plain bf16 [rows, k].
 
-constexpr int kRowTile = 8;          // rows sharing each scratch load: 8 x 2 accumulators
+constexpr int kRowTile = 8;  // rows sharing each scratch load: 8 x 2 accumulators
+// From kWideRowTileMinRows rows on, 12 (24 accumulators): each converted scratch load, and in the FMA path its
+// split into fp32 halves, then serves 12 rows. bench_linear --threads=1 avx512fma, medians of 5, alternated 2x:
+// 256 rows wq_b 134-136 -> 140-143 GFLOP/s, wo_b 127-132 -> 137; at 16 rows 12 + 4 lost to 8 + 8 (wq_b 126-128 ->
+// 119), at 64 within noise.
+constexpr int kWideRowTile = 12;
+constexpr int64_t kWideRowTileMinRows = 48;
 constexpr int64_t kPrefillRowBlock = 256;  // rows per pass over the weights in prefill
 // Folding the weight scales costs ~6 vector ops per converted scratch vector and saves one multiply per row and
 // block: measured (bench_linear, tiled, 2 threads) 7% slower at 16 rows, even at 64, 1-6% faster at 256.
@@ -497,7 +503,10 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
           for (int64_t l = 0; l < lines_per_tile; ++l)
             next_lines[total_lines++] = g.w + t * kTile * row_bytes + (next_b0 * kBlockLines + l) * 64;
       }
-      const int calls = static_cast<int>((g.rows + kRowTile - 1) / kRowTile);
+      // Row tiles: kWideRowTile rows each from kWideRowTileMinRows rows on, kRowTile otherwise, then the rest.
+      const int wide_calls = g.rows >= kWideRowTileMinRows ? static_cast<int>(g.rows / kWideRowTile) : 0;
+      const int64_t narrow_rows = g.rows - wide_calls * kWideRowTile;
+      const int calls = static_cast<int>(wide_calls + (narrow_rows + kRowTile - 1) / kRowTile);
       int lines_done = 0, calls_started = 0;
       ChunkPrefetch prefetch;
       int64_t r = 0;
@@ -530,6 +539,7 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
           case BlockScales::kActAndWeight: call.template operator()<BlockScales::kActAndWeight>(); break;
         }
       };
+      for (int call = 0; call < wide_calls; ++call, r += kWideRowTile) run.template operator()<kWideRowTile>();
       for (; r + kRowTile <= g.rows; r += kRowTile) run.template operator()<kRowTile>();
       switch (g.rows - r) {
         case 7: run.template operator()<7>(); break;
