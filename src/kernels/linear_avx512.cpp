@@ -527,10 +527,11 @@ DSFLASH_AVX512 void gemm_tiles_rows(const GemmArgs& g, int64_t tile_begin, int64
             rows_chunk<RT, 1, kScales>(scratch, nb, sws, act, stride, sa, g.kb, y, g.out, first, masks, prefetch);
         };
         auto call = [&]<BlockScales kScales>() DSFLASH_AVX512 {
-          const float* act_f32 =
-              g.act_f32 + b0 / kBlocksPerChunk * g.act_f32_chunk_stride + r * g.act_f32_row_stride;
-          if constexpr (!kAvx512Bf16) with_act.template operator()<kScales>(act_f32, g.act_f32_row_stride);
-          else if (g.act_f32 != nullptr) with_act.template operator()<kScales>(act_f32, g.act_f32_row_stride);
+          auto fp32_rows = [&] {  // (only where there are fp32 rows: no offset on a null pointer)
+            return g.act_f32 + b0 / kBlocksPerChunk * g.act_f32_chunk_stride + r * g.act_f32_row_stride;
+          };
+          if constexpr (!kAvx512Bf16) with_act.template operator()<kScales>(fp32_rows(), g.act_f32_row_stride);
+          else if (g.act_f32 != nullptr) with_act.template operator()<kScales>(fp32_rows(), g.act_f32_row_stride);
           else with_act.template operator()<kScales>(g.act + r * g.in + 32 * b0, g.in);
         };
         switch (scales) {
@@ -831,12 +832,12 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     act = scratch.take<uint16_t>(static_cast<size_t>((x.rows * groups + padding_rows) * in));
     std::fill(act.begin() + x.rows * groups * in, act.end(), uint16_t{0});
   }
-  // One group's fp32 rows chunk-major (GemmArgs::act_f32): a row tile's inputs of one chunk are then 8 KB in a row,
-  // not 8 rows of 1 KB `in` apart. Groups keep [groups, rows, in].
+  // One group's fp32 rows chunk-major (GemmArgs::act_f32): a row tile's inputs of one chunk are then contiguous,
+  // 1 KB a row, not rows `in` apart. Groups keep [groups, rows, in].
   const bool chunk_major = groups == 1;
   const int64_t chunks = (in + kChunkInputs - 1) / kChunkInputs;
-  if (fma && bf16_rows)
-    act_f32 = scratch.take<float>(static_cast<size_t>(chunk_major ? chunks * x.rows * kChunkInputs : x.rows * groups * in));
+  const int64_t act_f32_floats = chunk_major ? chunks * x.rows * kChunkInputs : x.rows * groups * in;
+  if (fma && bf16_rows) act_f32 = scratch.take<float>(static_cast<size_t>(act_f32_floats));
   std::span<uint8_t> exact_blocks;
   if (fp4_on_tiles) exact_blocks = scratch.take<uint8_t>(static_cast<size_t>(x.rows * g.kb));
   auto prepare = [&](int64_t r0, int64_t r1) {
