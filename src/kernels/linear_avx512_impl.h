@@ -1,5 +1,5 @@
-// Internals shared by the AVX-512 FP8 / MXFP4 linear kernels: linear_avx512.cpp (the multi-row path, the dispatch),
-// linear_avx512_tiled.cpp (decode and small batches on tile-major weights), linear_avx512_row_major.cpp (the decode
+// Internals shared by the AVX-512 FP8 / MXFP4 linear kernels: linear_avx512.cpp (the dispatch),
+// linear_avx512_rows.cpp (the multi-row path), linear_avx512_tiled.cpp (decode and small batches on tile-major weights), linear_avx512_row_major.cpp (the decode
 // paths on the checkpoint's row-major order) and linear_amx.cpp. Not part of the kernel contract (kernels/linear.h).
 // GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized (the latter at
 // the sanitizer build's -O1).
@@ -340,7 +340,7 @@ DSFLASH_AVX512 inline void pair_as_fp32(__m512i pairs, __m512* odd, __m512* even
   *even = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
 }
 
-// ---- Multi-row path (gemm_tiles_rows in linear_avx512.cpp) ----
+// ---- Multi-row path (linear_avx512_rows.cpp) ----
 constexpr int kBlocksPerChunk = 8;  // 2 tiles x 8 blocks x 1 KB = 16 KB of scratch, in L1 while rows pass
 constexpr int64_t kChunkInputs = 32 * kBlocksPerChunk;
 // Scratch of one tile for one chunk: [block][pair j] zmm, lane = output o's bf16 pair (k = 2j, 2j+1) as a dword.
@@ -389,6 +389,12 @@ class AmxTiles {
   AmxTiles(const AmxTiles&) = delete;
   AmxTiles& operator=(const AmxTiles&) = delete;
 };
+
+// Tiles [tile_begin, tile_end) of y for all g.rows rows on the multi-row path (linear_avx512_rows.cpp): the weights
+// converted chunk by chunk into TileScratch, every row passing over each chunk by vdpbf16ps (g.act) or fp32 FMAs
+// (g.act_f32); with `amx` (MXFP4 GEMMs on AMX tiles, or the "amx" table's FP8) by amx_rows_chunk instead.
+template <bool kFp4>
+void multi_row_tiles(const GemmArgs& g, bool amx, int64_t tile_begin, int64_t tile_end);
 
 // ---- Decode on tile-major weights (linear_avx512_tiled.cpp) ----
 constexpr int64_t kTiledDecodeMaxRows = 4;

@@ -7,3 +7,4 @@
 #include "kernels/linear_avx512.cpp"
 #include "kernels/linear_avx512_bf16.cpp"
 #include "kernels/linear_avx512_tiled.cpp"
+#include "kernels/linear_avx512_rows.cpp"

@@ -1,7 +1,7 @@
 // AVX-512 FP8 / MXFP4 decode and small batches (1..kTiledDecodeMaxRows rows per pass, passes up to
 // tiled_passes_max_rows) on tile-major weights (kernels/linear.h): each 64-byte vector decodes in registers into
 // bf16 pairs of 16 outputs, once for every row of a pass, and every (row, tile, block) sums its 16 pairs in one
-// chain in pair order, as the multi-row path of linear_avx512.cpp does, so a row's result does not depend on the
+// chain in pair order, as the multi-row path of linear_avx512_rows.cpp does, so a row's result does not depend on the
 // rows it runs with. MXFP4 rows multiply in exact integers wherever that gives the same chain's bits.
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-// The multi-row path's step order (linear_avx512.cpp, gemm_tiles_rows): where a GEMM's activations outgrow the L2
+// The multi-row path's step order (linear_avx512_rows.cpp, gemm_tiles_rows): where a GEMM's activations outgrow the L2
 // budget it walks panels of tile groups chunk by chunk; otherwise each tile group's chunks in turn. A row's result
 // does not depend on the rows it runs with, so the GEMM of all rows (panels) must give the bits of the same GEMM on
 // row slices small enough for one group per panel, whatever the operands' rounding, on every kernel table, with and
@@ -40,20 +40,13 @@ TEST(LinearPanels, PanelsGiveTheBitsOfRowSlices) {
     std::mt19937 rng(5);
     for (const PanelShape& s : kPanelShapes) {
       const auto x = test::random_fp8_acts(rng, s.rows, s.in);
-      auto w8 = test::random_fp8_weight(rng, s.out, s.in);
-      auto w4 = test::random_fp4_weight(rng, s.out, s.in);
+      const auto w8 = test::random_fp8_weight(rng, s.out, s.in);
+      const auto w4 = test::random_fp4_weight(rng, s.out, s.in);
       for (const bool tile_major : {false, true}) {
         if (tile_major && !tile_major_possible(s.out, s.in)) continue;
-        auto w8_used = w8;
-        auto w4_used = w4;
-        if (tile_major) {
-          repack_fp8_tile_major(w8.codes.data(), s.out, s.in, w8_used.codes.data());
-          repack_fp4_tile_major(w4.packed.data(), s.out, s.in, w4_used.packed.data());
-          repack_fp4_scales_tile_major(w4.scales.data(), s.out, s.in, w4_used.scales.data());
-        }
-        Fp8Weight v8 = w8_used.view();
-        Fp4Weight v4 = w4_used.view();
-        v8.tile_major = v4.tile_major = tile_major;
+        const test::OrderedWeights ordered = test::in_order(w8, w4, tile_major);
+        const Fp8Weight v8 = ordered.fp8();
+        const Fp4Weight v4 = ordered.fp4();
         for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool})
           for (const bool fp4 : {false, true}) {
             const std::string where = std::string(k->name) + (fp4 ? " fp4" : " fp8") + " rows " +
