@@ -1,6 +1,7 @@
 // Internals shared by the AVX-512 FP8 / MXFP4 linear kernels: linear_avx512.cpp (the dispatch),
-// linear_avx512_rows.cpp (the multi-row path), linear_avx512_tiled.cpp (decode and small batches on tile-major weights), linear_avx512_row_major.cpp (the decode
-// paths on the checkpoint's row-major order) and linear_amx.cpp. Not part of the kernel contract (kernels/linear.h).
+// linear_avx512_rows.cpp (the multi-row path), linear_avx512_tiled.cpp (decode and small batches on tile-major
+// weights), linear_avx512_row_major.cpp (the decode paths on the checkpoint's row-major order) and linear_amx.cpp.
+// Not part of the kernel contract (kernels/linear.h).
 // GCC 12's _mm512_undefined_* helpers (self-initialised on purpose) trip -W(maybe-)uninitialized (the latter at
 // the sanitizer build's -O1).
 #pragma once
