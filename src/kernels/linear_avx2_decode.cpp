@@ -3,7 +3,8 @@
 // - Row-major weights (decode_rows_tiles): each block of 8 outputs converted and multiplied at once, in fp32 FMAs,
 //   or for MXFP4 in exact integers where the activations allow (prepare_fp4_decode_rows).
 // - Tile-major FP8 weights (decode_fp8_tile_major, decode_fp8_tile_major_rows): each 64-byte vector converted as it
-//   is read (fp8_tile_major_fp16), each block summed down k from 0, the reference's order.
+//   is read into bf16 words of the values times 2^-120 (fp8_tile_major_bf16) against activations times 2^64, each
+//   block summed down k from 0, the reference's order.
 // - Tile-major MXFP4 weights (decode_fp4_tile_major): each block in exact integers where every row allows, else
 //   down k from 0: the reference's bits either way.
 #include <algorithm>
@@ -321,32 +322,30 @@ uint8_t decode_rows_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_en
   return *std::max_element(seen, seen + 16);
 }
 
-// The tile-major decode's conversion (kernels/linear.h): the fp16 words of 8 outputs of a tile for the 4 k of one
-// 64-byte vector, `half` being the vector's first byte plus 32h for outputs 8h .. 8h + 7, in `fp16` [k % 2][16]:
-// words 0-7 k 4v + k % 2, words 8-15 k 4v + 2 + k % 2, each the 8 outputs' values times 2^-8 (e4m3_fp16_words; NaN
-// codes land on finite words, the caller deals with them). Each 16-byte quarter of the half holds 4 outputs' codes as
-// 16-bit words, k 4v (low byte) and 4v + 1 (high byte) in its first 8 bytes, k 4v + 2 and 4v + 3 in its last 8; one
-// qword permute gathers the two quarters' first halves in the low 128 bits and their last halves in the high ones.
-// A word's high byte is already where e4m3_fp16_words takes its code (the low byte's bits fall below the fp16 mask),
-// and a left shift by 8 puts the low byte there.
-// The words go through memory on purpose: vcvtph2ps from memory is one uop on an FMA port, from a register it takes
-// a shuffle-port uop too. The empty asm keeps the compiler from forwarding the stores into registers.
-// bench_linear --threads=2, avx2, this Xeon, fp8_tiled rows:1, alternated 2x against the lanes path's byte shuffles
-// and register conversion (linear_avx2.cpp fp8_tile_major_k_pairs, fp8_pair_values; both with the prefetch): wq_b
-// 2.37 -> 1.73-1.78 ms, wo_b 2.12-2.14 -> 1.45-1.53. The lanes path keeps those: there, with its fp32 stores, this
-// one measured 5-10% slower (rows 2, 4, 16).
-inline void fp8_tile_major_fp16(const uint8_t* half, uint16_t (&fp16)[2][16]) {
-  const __m256i words = _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(half)), 0xD8);
-  const __m256i sign_and_magnitude = _mm256_set1_epi16(static_cast<short>(0xBF80));
-  _mm256_store_si256(reinterpret_cast<__m256i*>(fp16[0]),
-                     _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(words, 8), 1), sign_and_magnitude));
-  _mm256_store_si256(reinterpret_cast<__m256i*>(fp16[1]),
-                     _mm256_and_si256(_mm256_srai_epi16(words, 1), sign_and_magnitude));
-  __asm__ volatile("" : "+m"(fp16));
+// The tile-major decode's conversion (kernels/linear.h): 8 outputs of a tile for the 4 k of one 64-byte vector,
+// `half` being the vector's first byte plus 32h for outputs 8h .. 8h + 7. Each 128-bit lane of the half holds 4
+// outputs' codes as 16-bit words, k 4v (low byte) and 4v + 1 (high byte) in words 0-3, k 4v + 2 and 4v + 3 in
+// words 4-7. Each code becomes a bf16 word in place: its 7 magnitude bits at bits 10..4 are the bf16 exponent's low
+// 4 bits and the top 3 mantissa bits, its sign at bit 15, so the word is the e4m3 value times 2^-120 exactly, a
+// subnormal code a bf16 (and fp32) subnormal (linear_avx2_impl.h, kFp8DecodeActLog2: why the sums keep the
+// reference's bits). The word unpacked above 16 zero bits is that fp32: `low` holds the low bytes' words (k 4v in
+// words 0-3, 4v + 2 in 4-7), `high` the high bytes'; the lanes keep outputs 0-3 and 4-7 apart, so an in-lane unpack
+// gives a k's 8 outputs in order. NaN codes (0x7f / 0xff) land on finite values: the callers deal with them. FMAs
+// take subnormal operands at full speed where measured (Zen 3: 8 independent FMAs took 1.27 ns either way) and keep
+// their products exact (nothing here sets MXCSR's DAZ).
+struct Fp8HalfWords {
+  __m256i low, high;
+};
+inline Fp8HalfWords fp8_tile_major_bf16(const uint8_t* half) {
+  const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half));
+  const __m256i sign_and_magnitude = _mm256_set1_epi16(static_cast<short>(0x87F0));
+  return {_mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(words, 8), 4), sign_and_magnitude),
+          _mm256_and_si256(_mm256_srai_epi16(words, 4), sign_and_magnitude)};
 }
-// The values of k = 4v + e (e = 0..3) from fp8_tile_major_fp16's words.
-inline __m256 fp8_tile_major_value(const uint16_t (&fp16)[2][16], int e) {
-  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(&fp16[e % 2][8 * (e / 2)])));
+// The 8 outputs' weights of k = 4v + e (e = 0..3) times 2^-120, from fp8_tile_major_bf16's words.
+inline __m256 fp8_tile_major_k(const Fp8HalfWords& words, int e) {
+  const __m256i zero = _mm256_setzero_si256(), source = e % 2 == 0 ? words.low : words.high;
+  return _mm256_castsi256_ps(e < 2 ? _mm256_unpacklo_epi16(zero, source) : _mm256_unpackhi_epi16(zero, source));
 }
 
 // How far ahead of each tile's stream the one-row tile-major decode prefetches (one line per tile and vector; past a
@@ -356,19 +355,25 @@ inline __m256 fp8_tile_major_value(const uint16_t (&fp16)[2][16], int e) {
 constexpr int64_t kTileMajorPrefetchBytes = 2048;
 
 // One activation row on tile-major FP8 weights (kernels/linear.h), kTiles tiles of 16 outputs from `tile`: per
-// 64-byte vector (k 4v .. 4v + 3 of a tile), a qword permute of each half gives each k's codes of 8 outputs
-// (fp8_tile_major_fp16), which widen (e4m3_fp16_words, F16C) and multiply a broadcast activation, loaded once for
-// every tile. Each block is summed down k from 0, the reference's own order, as the many-row path (gemm_tiles)
-// does, so every row count gives the reference's bits; row-major weights need an 8-lane reduction per output and
-// block instead (reduce_8: about a fifth of the one-row FP8 decode on a Zen 1). 2-4 rows take
-// decode_fp8_tile_major_rows: this kernel's forms for them (4, 2 and 1 tiles at a time) kept 8-16 block sums plus a
-// vector's weights, more than the 16 registers, and the sums' chains went through the stack. Returns the largest
-// magnitude code seen, as decode_rows_tiles does (0x7f: a NaN code, which converts to a finite value here).
+// 64-byte vector (k 4v .. 4v + 3 of a tile), each half's codes become bf16 words in place (fp8_tile_major_bf16) and
+// each k's 8 outputs one in-lane unpack, multiplied by a broadcast activation (g.act_decode: times 2^64), loaded once
+// for every tile. The products are the reference's times 2^-56 and exact, every partial sum a normal fp32 or an exact
+// subnormal (linear_avx2_impl.h), so each block summed down k from 0, the reference's own order as the many-row path
+// (gemm_tiles), is the reference's sum times 2^-56: every row count gives the reference's bits. Row-major weights
+// need an 8-lane reduction per output and block instead (reduce_8: about a fifth of the one-row FP8 decode on a Zen
+// 1). 2-4 rows take decode_fp8_tile_major_rows: this kernel's forms for them (4, 2 and 1 tiles at a time) kept 8-16
+// block sums plus a vector's weights, more than the 16 registers. Returns the largest magnitude code seen, as
+// decode_rows_tiles does (0x7f: a NaN code, which converts to a finite value here).
+// Per half: 3 shifts, 2 ands, 4 unpacks and 4 FMAs, where fp16 words converted by F16C from memory (vcvtph2ps from
+// memory: one uop on a Xeon's FMA port) took a qword permute, the same shifts, 2 stores and 4 vcvtph2ps. On a 2-core
+// Zen 3 EPYC (bench_linear, avx2, alternated against the F16C form, which ran 4 tiles at a time): wo_b_fp8_cached_tiled
+// rows:1, one thread, medians of 5, 0.048 -> 0.030 ms (0.038 before widen_activations' vector form); two threads from
+// memory, wq_b_fp8_tiled rows:1 2.13-3.49 -> 1.46-1.94 ms, wo_b 1.89-2.57 -> 1.27-2.27 (the VM's read rate swings).
 template <int kTiles, bool kCheckNan>
 uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
-  const __m256 unscale = _mm256_set1_ps(256.0f);
+  const __m256 unscale = _mm256_set1_ps(kFp8DecodeUnscale);
   const int64_t block_bytes = 32 * kTileMajorOutputs;
   const int64_t o0 = tile * kTileMajorOutputs;
   __m256i nan_seen = _mm256_setzero_si256();
@@ -378,8 +383,8 @@ uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
     __m256 acc[kTiles][2];
     for (int u = 0; u < kTiles; ++u) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
     for (int v = 0; v < 8; ++v) {
-      __m256 x[4];  // a_k, k = 4v .. 4v + 3
-      for (int e = 0; e < 4; ++e) x[e] = _mm256_broadcast_ss(g.act + 32 * b + 4 * v + e);
+      __m256 x[4];  // a_k * 2^64, k = 4v .. 4v + 3
+      for (int e = 0; e < 4; ++e) x[e] = _mm256_broadcast_ss(g.act_decode + 32 * b + 4 * v + e);
       for (int u = 0; u < kTiles; ++u) {
         const uint8_t* vector = g.w + (o0 + kTileMajorOutputs * u) * g.in + b * block_bytes + kTileMajorVectorBytes * v;
         _mm_prefetch(reinterpret_cast<const char*>(vector + kTileMajorPrefetchBytes), _MM_HINT_T0);
@@ -389,9 +394,8 @@ uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
             const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half));
             nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(codes, magnitude_bits));
           }
-          alignas(32) uint16_t fp16[2][16];
-          fp8_tile_major_fp16(half, fp16);
-          for (int e = 0; e < 4; ++e) acc[u][h] = _mm256_fmadd_ps(fp8_tile_major_value(fp16, e), x[e], acc[u][h]);
+          const Fp8HalfWords words = fp8_tile_major_bf16(half);
+          for (int e = 0; e < 4; ++e) acc[u][h] = _mm256_fmadd_ps(fp8_tile_major_k(words, e), x[e], acc[u][h]);
         }
       }
     }
@@ -409,13 +413,15 @@ uint8_t decode_fp8_tile_major(const GemmArgs& g, int64_t tile) {
   return *std::max_element(seen, seen + 32);
 }
 
-// decode_fp8_tile_major over tiles [tile_begin, tile_end) of 16 outputs, 4 at a time and then one by one. The NaN
-// check (about a tenth of the one-row time) only where the weight may hold NaN codes.
+// decode_fp8_tile_major over tiles [tile_begin, tile_end) of 16 outputs, 2 at a time and then one by one: 4 sums,
+// 4 broadcasts and the words fit the 16 registers, where 4 tiles' 8 sums spilled (Zen 3, wo_b_fp8_cached_tiled rows:1
+// 0.048 ms with 4 tiles, 0.038 with 2). The NaN check (about a tenth of the one-row time) only where the weight may
+// hold NaN codes.
 uint8_t decode_fp8_tile_major_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   uint8_t largest = 0;
   auto run = [&]<bool kCheckNan>() {
     int64_t tile = tile_begin;
-    for (; tile + 4 <= tile_end; tile += 4) largest = std::max(largest, decode_fp8_tile_major<4, kCheckNan>(g, tile));
+    for (; tile + 2 <= tile_end; tile += 2) largest = std::max(largest, decode_fp8_tile_major<2, kCheckNan>(g, tile));
     for (; tile < tile_end; ++tile) largest = std::max(largest, decode_fp8_tile_major<1, kCheckNan>(g, tile));
   };
   if (g.may_hold_nan) run.template operator()<true>();
@@ -435,16 +441,20 @@ uint8_t decode_rows_tiles_dispatch(const GemmArgs& g, int64_t tile_begin, int64_
 
 // R = 2..4 activation rows on NT tile-major FP8 tiles of 16 outputs from `tile`, with decode_fp8_tile_major's
 // conversion, prefetch and order: each block summed down k from 0, so every row count gives the reference's bits.
-// Both halves' R block sums of the NT tiles (2 NT R, 12 at most: see decode_fp8_tile_major_rows_range), a weight
-// vector and the R broadcasts stay in the 16 registers; the chains cover the FMA latency. (It replaced the lanes path
-// for these rows: bench_linear --threads=2, avx2, this Xeon, alternated 2x: wq_b_fp8_tiled rows:2 3.71-3.73 ->
-// 2.00-2.04 ms, rows:3 4.23-4.36 -> 2.68-2.77, rows:4 4.41-4.60 -> 2.82-2.86; wo_b rows:4 4.24-4.81 -> 3.01-3.07.)
+// Both halves' R block sums of the NT tiles (2 NT R, 8 at most: see decode_fp8_tile_major_rows_range), two weight
+// vectors and a broadcast stay in the 16 registers; a vector's bf16 words go through memory (each k's unpack reads
+// them), since holding them too spilled a sum into its chain. (It replaced the lanes path for these rows:
+// bench_linear --threads=2, avx2, a Xeon, alternated 2x: wq_b_fp8_tiled rows:2 3.71-3.73 -> 2.00-2.04 ms, rows:3
+// 4.23-4.36 -> 2.68-2.77, rows:4 4.41-4.60 -> 2.82-2.86; wo_b rows:4 4.24-4.81 -> 3.01-3.07. Against the F16C
+// conversion on a Zen 3, wo_b_fp8_cached_tiled one thread, medians: rows:2 0.059 -> 0.044 ms, rows:3 0.082 ->
+// 0.059, rows:4 0.103 -> 0.071; wq_b_fp8_tiled two threads, alternated 2x: rows:3 3.09-3.15 -> 2.45-2.52, rows:4
+// 3.77-4.68 -> 3.27-3.35.)
 // Returns the largest magnitude code seen where the weight may hold NaN codes, as decode_fp8_tile_major does.
 template <int R, int NT>
 uint8_t decode_fp8_tile_major_rows(const GemmArgs& g, int64_t tile) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
-  const __m256 unscale = _mm256_set1_ps(256.0f);
+  const __m256 unscale = _mm256_set1_ps(kFp8DecodeUnscale);
   const int64_t block_bytes = 32 * kTileMajorOutputs;
   const int64_t o0 = tile * kTileMajorOutputs;
   const int64_t tile_bytes = kTileMajorOutputs * g.in;
@@ -456,8 +466,10 @@ uint8_t decode_fp8_tile_major_rows(const GemmArgs& g, int64_t tile) {
     for (int u = 0; u < NT; ++u)
       for (int h = 0; h < 2; ++h)
         for (int r = 0; r < R; ++r) acc[u][h][r] = _mm256_setzero_ps();
+    const float* block_act[R];  // each row's block, times 2^64
+    for (int r = 0; r < R; ++r) block_act[r] = g.act_decode + r * g.in + 32 * b;
     for (int v = 0; v < 8; ++v) {
-      alignas(32) uint16_t fp16[NT][2][2][16];  // [tile][half][k % 2][16]
+      alignas(32) Fp8HalfWords words[NT][2];  // [tile][half]
       for (int u = 0; u < NT; ++u) {
         const uint8_t* vector = tile_codes + u * tile_bytes + b * block_bytes + kTileMajorVectorBytes * v;
         _mm_prefetch(reinterpret_cast<const char*>(vector + kTileMajorPrefetchBytes), _MM_HINT_T0);
@@ -466,18 +478,20 @@ uint8_t decode_fp8_tile_major_rows(const GemmArgs& g, int64_t tile) {
             const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vector + 32 * h));
             nan_seen = _mm256_max_epu8(nan_seen, _mm256_and_si256(codes, magnitude_bits));
           }
-        fp8_tile_major_fp16(vector, fp16[u][0]);
-        fp8_tile_major_fp16(vector + 32, fp16[u][1]);
+        words[u][0] = fp8_tile_major_bf16(vector);
+        words[u][1] = fp8_tile_major_bf16(vector + 32);
       }
-      for (int e = 0; e < 4; ++e) {
-        __m256 x[R];
-        for (int r = 0; r < R; ++r) x[r] = _mm256_broadcast_ss(g.act + r * g.in + 32 * b + 4 * v + e);
-        for (int u = 0; u < NT; ++u)
-          for (int h = 0; h < 2; ++h) {
-            const __m256 w = fp8_tile_major_value(fp16[u][h], e);
-            for (int r = 0; r < R; ++r) acc[u][h][r] = _mm256_fmadd_ps(w, x[r], acc[u][h][r]);
+      __asm__ volatile("" : "+m"(words));
+      // Per k each row's broadcast serves the NT tiles' two halves as it is loaded: the 2 NT R sums, two weight
+      // vectors and one broadcast take 11-15 of the 16 registers (all R broadcasts at once had spilled a sum).
+      for (int e = 0; e < 4; ++e)
+        for (int u = 0; u < NT; ++u) {
+          const __m256 w[2] = {fp8_tile_major_k(words[u][0], e), fp8_tile_major_k(words[u][1], e)};
+          for (int r = 0; r < R; ++r) {
+            const __m256 x = _mm256_broadcast_ss(block_act[r] + 4 * v + e);
+            for (int h = 0; h < 2; ++h) acc[u][h][r] = _mm256_fmadd_ps(w[h], x, acc[u][h][r]);
           }
-      }
+        }
     }
     for (int u = 0; u < NT; ++u) {
       const __m256 w_scale = _mm256_set1_ps(dt.e8m0_f32[g.w_scales[((o0 + u * kTileMajorOutputs) / 32) * g.kb + b]]);
@@ -498,14 +512,14 @@ uint8_t decode_fp8_tile_major_rows(const GemmArgs& g, int64_t tile) {
   return *std::max_element(seen, seen + 32);
 }
 
-// decode_fp8_tile_major_rows over tiles [tile_begin, tile_end): two tiles at a time for 2-3 rows (two streams per
-// thread), one at a time for 4 (16 sums would not fit the registers). (bench_linear --threads=2, avx2, this Xeon,
-// one tile against two, alternated 2x: wo_b_fp8_tiled rows:2 2.01-2.20 -> 1.78-1.84 ms, rows:3 2.66-2.96 ->
-// 2.37-2.45, wo_a rows:2 0.225-0.228 -> 0.193-0.203, wq_b rows:3 2.60-2.82 -> 2.55-2.67, wq_b rows:2 2.00-2.34
-// against 2.02-2.11; rows:4 2.96-3.13 against 3.14-4.01.)
+// decode_fp8_tile_major_rows over tiles [tile_begin, tile_end): two tiles at a time for 2 rows (two streams per
+// thread), one at a time for 3-4 (12 or 16 sums would not fit the registers). (bench_linear --threads=2, avx2, a
+// Xeon, F16C conversion, one tile against two, alternated 2x: wo_b_fp8_tiled rows:2 2.01-2.20 -> 1.78-1.84 ms, rows:3
+// 2.66-2.96 -> 2.37-2.45, wo_a rows:2 0.225-0.228 -> 0.193-0.203; with the bf16 words on a Zen 3, rows:3
+// wo_b_fp8_cached_tiled one thread 0.081 ms with two tiles, 0.062 with one.)
 template <int R>
 uint8_t decode_fp8_tile_major_rows_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
-  constexpr int kTilesAtOnce = R < 4 ? 2 : 1;
+  constexpr int kTilesAtOnce = R < 3 ? 2 : 1;
   uint8_t largest = 0;
   int64_t tile = tile_begin;
   for (; tile + kTilesAtOnce <= tile_end; tile += kTilesAtOnce)

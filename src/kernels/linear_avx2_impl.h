@@ -52,6 +52,19 @@ inline __m256i lane_mask(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+// The tile-major FP8 decode (1..kDecodeMaxRows rows) converts each code to its value times 2^-120 (the code's bits
+// placed in a bf16 word, subnormal codes to fp32 subnormals) and multiplies activations times 2^64
+// (GemmArgs::act_decode), so its products are the reference's times 2^-56. Every product and partial sum of a block
+// is a multiple of 2^-9 (the smallest e4m3 step) times the smallest step of the row's activations; where that times
+// 2^-56 is at least 2^-149 and nothing overflows, the scaled sums round exactly as the reference's (a power of two
+// scales a normal fp32's rounding alike, and a multiple of 2^-149 below 2^-126 needs no rounding in either): e4m3
+// activations always qualify, other fp32 activations where every nonzero |a| is in [2^-61, 2^64)
+// (fp8_decode_activations). Scaling the block sum back by 2^56 is then exact.
+constexpr int kFp8DecodeActLog2 = 64;
+constexpr int kFp8DecodeSmallestActLog2 = -61;
+constexpr float kFp8DecodeActScale = 0x1p64f;
+constexpr float kFp8DecodeUnscale = 0x1p56f;  // 2^(120 - kFp8DecodeActLog2)
+
 struct GemmArgs {
   const uint8_t* w = nullptr;         // FP8 codes [out, in] or FP4 packed [out, in/2]
   const uint8_t* w_scales = nullptr;  // FP8 [ceil(out/32), kb] or FP4 [out, kb], ue8m0
@@ -59,6 +72,9 @@ struct GemmArgs {
   bool tile_major = false;             // weight order (kernels/linear.h)
   bool may_hold_nan = true;            // FP8: Fp8Weight::may_hold_nan
   const float* act = nullptr;          // [rows, in] fp32 values
+  // FP8, tile-major weights, 1..kDecodeMaxRows rows: act times kFp8DecodeActScale, where that keeps the decode's
+  // bits (see above); null: those rows take gemm_tiles.
+  const float* act_decode = nullptr;
   // One to kDecodeMaxRows rows on MXFP4 (decode_rows_tiles, decode_fp4_tile_major): each block's values in the
   // order of the weights' nibbles, and the same values as integers where that is exact (prepare_fp4_decode_rows):
   // N in signed byte pieces [rows, kb, kFp4PieceBlockBytes], units [rows, kb] (0: the block is not exact), piece

@@ -136,5 +136,40 @@ TEST(LinearAvx2, Fp4DecodeTakesThreePieceBlocksExactly) {
     }
 }
 
+// wo_a's bf16 linear on tile-major FP8 weights: 1-4 rows take the decode kernels on activations times 2^64 where
+// every nonzero |a| is in [2^-61, 2^64), else the many-row path. Both sum each block down k from 0, so a row alone
+// gives the bits it gets in a batch of 6 (the many-row path). Rows of genuine fp32 values (24-bit significands, so
+// sums round) at each edge of that range and past it, over small weights (subnormal codes and 2^-5 (1 + m/8)), so
+// that below the range the decode's scaled sums would be subnormal throughout: with the range taken down to 2^-75
+// the test fails at 2^-70 (tried).
+TEST(LinearAvx2, Fp8AsBf16DecodeKeepsTheBatchBitsAtTheActivationRangesEdges) {
+  const LinearKernels* k = linear_impl::avx2_kernels();
+  if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(61);
+  const int64_t out = 32, in = 256, batch = 6;
+  auto w = test::random_fp8_weight(rng, out, in);
+  for (uint8_t& c : w.codes) c = static_cast<uint8_t>(rng() & 0x97);  // exponent field 0 or 2
+  auto tiled = w;
+  ASSERT_FALSE(repack_fp8_tile_major(w.codes.data(), out, in, tiled.codes.data()));
+  Fp8Weight view = tiled.view();
+  view.tile_major = true;
+  std::uniform_real_distribution<float> significand(1.0f, 2.0f);
+  // Each row's magnitudes: 2^e times [1, 2), random signs, some zeros; e from the edges of the range and past them.
+  for (const int e : {-61, -62, -70, 63, 64, -130, 0}) {
+    std::vector<float> x(static_cast<size_t>(batch * in));
+    for (float& v : x)
+      v = rng() % 7 == 0 ? 0.0f : std::ldexp(significand(rng), e) * (rng() % 2 == 0 ? 1.0f : -1.0f);
+    std::vector<float> together(static_cast<size_t>(batch * out));
+    k->fp8_as_bf16_gemm(x.data(), batch, view, together.data(), nullptr);
+    for (int64_t rows = 1; rows <= 4; ++rows) {
+      std::vector<float> alone(static_cast<size_t>(rows * out));
+      k->fp8_as_bf16_gemm(x.data(), rows, view, alone.data(), nullptr);
+      for (int64_t i = 0; i < rows * out; ++i)
+        ASSERT_EQ(std::memcmp(&alone[i], &together[i], sizeof(float)), 0)
+            << "2^" << e << " rows " << rows << " at " << i << ": " << alone[i] << " vs " << together[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsflash
