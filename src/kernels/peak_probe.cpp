@@ -29,8 +29,10 @@ constexpr int kAmxStepsPerRound = 12;  // amx_dot_rounds: 4 accumulator tiles x 
 
 using Floats16 = float __attribute__((vector_size(64)));
 using Floats8 = float __attribute__((vector_size(32)));
-using Ints16 = int32_t __attribute__((vector_size(64)));
-using Shorts16 = int16_t __attribute__((vector_size(32)));
+// Unsigned lanes for the integer chains, which wrap around: chains() sums them with the vector + (signed lanes
+// would make that sum's overflow undefined, which UBSan reported on the AVX2 int8 probe).
+using Ints16 = uint32_t __attribute__((vector_size(64)));
+using Shorts16 = uint16_t __attribute__((vector_size(32)));
 
 // Register-only loops: kChains accumulators of V (a GCC vector of floats), each advanced `rounds` times by
 // step(acc); the lane sum of their total feeds a sink, so the compiler keeps every instruction. Inlined into the
@@ -73,7 +75,7 @@ __attribute__((target("avx2,fma"))) float fma_rounds(int64_t rounds) {
   });
 }
 
-// Integer chains wrap around by design; only their instructions count.
+// Integer chains wrap around by design (unsigned lanes); only their instructions count.
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) float int8_dot_rounds_vnni(int64_t rounds) {
   const __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(-1);
   return chains<kZmmChains, Ints16>(rounds, [&](Ints16 acc) __attribute__((target("avx512f,avx512bw,avx512vnni"))) {
