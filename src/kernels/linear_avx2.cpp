@@ -332,32 +332,30 @@ namespace {
 using namespace avx2;
 
 // Activation codes [rows, k] e4m3 -> fp32 values [rows, k] times `scale` (a power of two up to 2^64: exact), in
-// `scratch`: 16 codes at a time through fp16 words (e4m3_fp16_words), any 16 with a NaN code from the table. (The
-// table lookup per code had taken a fifth of a one-row FP8 GEMM of 64 x 8192 from the caches.)
+// `scratch`: 16 codes at a time through fp8_pair_values (x.k is a multiple of 32), any 16 with a NaN code from the
+// table. (The table lookup per code had taken a fifth of a one-row FP8 GEMM of 64 x 8192 from the caches.)
 std::span<float> widen_activations(const Fp8Activations& x, ThreadScratch& scratch, float scale = 1.0f) {
   const LinearDecodeTables& t = linear_decode_tables();
   const int64_t n = x.rows * x.k;
   float* out = scratch.take<float>(static_cast<size_t>(n)).data();
-  const __m128i magnitude_bits = _mm_set1_epi8(0x7f), zero = _mm_setzero_si128();
+  const __m128i magnitude_bits = _mm_set1_epi8(0x7f);
   const __m256 unscale = _mm256_set1_ps(256.0f * scale);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
+  for (int64_t i = 0; i < n; i += 16) {
     const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.codes + i));
     if (_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(codes, magnitude_bits), magnitude_bits)) != 0) {
       for (int64_t j = i; j < i + 16; ++j) out[j] = t.e4m3_f32[x.codes[j]] * scale;
       continue;
     }
-    _mm256_storeu_ps(out + i,
-                     _mm256_mul_ps(_mm256_cvtph_ps(e4m3_fp16_words(_mm_unpacklo_epi8(zero, codes))), unscale));
-    _mm256_storeu_ps(out + i + 8,
-                     _mm256_mul_ps(_mm256_cvtph_ps(e4m3_fp16_words(_mm_unpackhi_epi8(zero, codes))), unscale));
+    __m256 values[2];
+    fp8_pair_values<false>(codes, values);
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(values[0], unscale));
+    _mm256_storeu_ps(out + i + 8, _mm256_mul_ps(values[1], unscale));
   }
-  for (; i < n; ++i) out[i] = t.e4m3_f32[x.codes[i]] * scale;
   return {out, static_cast<size_t>(n)};
 }
 
-// fp32 activations x [n] -> out [n] = x times kFp8DecodeActScale, where every nonzero |x| lies in
-// [2^kFp8DecodeSmallestActLog2, 2^kFp8DecodeActLog2) (there the FP8 decode gives the reference's bits:
+// fp32 activations x [n] (n a multiple of 8) -> out [n] = x times kFp8DecodeActScale, where every nonzero |x| lies
+// in [2^kFp8DecodeSmallestActLog2, 2^kFp8DecodeActLog2) (there the FP8 decode gives the reference's bits:
 // linear_avx2_impl.h); false otherwise (an fp32 subnormal, inf or NaN included), out then unspecified.
 bool fp8_decode_activations(const float* x, int64_t n, float* out) {
   const __m256i exponent_field = _mm256_set1_epi32(0x7f800000), magnitude = _mm256_set1_epi32(0x7fffffff);
@@ -365,8 +363,7 @@ bool fp8_decode_activations(const float* x, int64_t n, float* out) {
   const __m256i largest = _mm256_set1_epi32((127 + kFp8DecodeActLog2 - 1) << 23);
   const __m256 scale = _mm256_set1_ps(kFp8DecodeActScale);
   __m256i outside = _mm256_setzero_si256();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+  for (int64_t i = 0; i < n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     const __m256i bits = _mm256_castps_si256(v), e = _mm256_and_si256(bits, exponent_field);
     // Zero's exponent field is 0, below the smallest, but zero has no step of its own.
@@ -375,13 +372,7 @@ bool fp8_decode_activations(const float* x, int64_t n, float* out) {
     outside = _mm256_or_si256(outside, _mm256_cmpgt_epi32(e, largest));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(v, scale));
   }
-  if (!_mm256_testz_si256(outside, outside)) return false;
-  for (; i < n; ++i) {
-    const float m = std::fabs(x[i]);
-    if (m != 0.0f && !(m >= std::ldexp(1.0f, kFp8DecodeSmallestActLog2) && m < kFp8DecodeActScale)) return false;
-    out[i] = x[i] * kFp8DecodeActScale;
-  }
-  return true;
+  return _mm256_testz_si256(outside, outside);
 }
 
 // act [rows, in] fp32 values with ue8m0 block scales act_scales [rows, in/32].
@@ -401,6 +392,16 @@ GemmArgs block_gemm_args(const float* act, const uint8_t* act_scales, int64_t ro
   return g;
 }
 
+// Rows [r0, r1) of g.
+GemmArgs row_slice(const GemmArgs& g, int64_t r0, int64_t r1) {
+  GemmArgs part = g;
+  part.rows = r1 - r0;
+  part.act += r0 * g.in;
+  part.act_scales += r0 * g.kb;
+  part.y += r0 * g.out;
+  return part;
+}
+
 // act_decode: FP8 on tile-major weights, 1..kDecodeMaxRows rows, act times kFp8DecodeActScale for the decode
 // kernels (GemmArgs::act_decode); null there: gemm_tiles.
 template <bool kFp4>
@@ -418,25 +419,14 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
   if (!kFp4 && !tile_major && rows <= kDecodeMaxRows) return run_decode_rows<kFp4>(g, pool);  // (MXFP4: fp4_gemm_avx2)
   if (pool && rows > 1 && tiles < 4 * pool->num_threads()) {
     // Few outputs, several rows: split the rows instead (every row range runs all tiles).
-    pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
-      GemmArgs part = g;
-      part.rows = r1 - r0;
-      part.act += r0 * g.in;
-      part.act_scales += r0 * g.kb;
-      part.y += r0 * g.out;
-      gemm_tiles<kFp4>(part, 0, tiles);
-    });
+    pool->parallel_for(rows, [&](int64_t r0, int64_t r1, int) { gemm_tiles<kFp4>(row_slice(g, r0, r1), 0, tiles); });
     return;
   }
   // Prefill: row blocks of kPrefillRowBlock, so that each tile group re-reads one block's activations ([256, k]
   // fp32, 2-4 MB at the real shapes) from the caches instead of all rows' from memory, at the price of converting
   // the weights once per block.
   for (int64_t r0 = 0; r0 < rows; r0 += kPrefillRowBlock) {
-    GemmArgs part = g;
-    part.rows = std::min(kPrefillRowBlock, rows - r0);
-    part.act += r0 * g.in;
-    part.act_scales += r0 * g.kb;
-    part.y += r0 * g.out;
+    const GemmArgs part = row_slice(g, r0, std::min(rows, r0 + kPrefillRowBlock));
     auto body = [&](int64_t begin, int64_t end, int) { gemm_tiles<kFp4>(part, begin, end); };
     if (pool) pool->parallel_for_nodes(tiles, body, kLaneTiles);
     else body(0, tiles, 0);
@@ -445,10 +435,11 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
 
 void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
   ThreadScratch scratch(pool);
-  const std::span<float> act = widen_activations(x, scratch);
   const bool decode = w.tile_major && x.rows <= kDecodeMaxRows;
   const float* act_decode = decode ? widen_activations(x, scratch, kFp8DecodeActScale).data() : nullptr;
-  run_block_gemm<false>(act.data(), x.scales, x.rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool,
+  // The values themselves: the many-row path, and the decode's recomputation of a range that met a NaN code.
+  const float* act = !decode || w.may_hold_nan ? widen_activations(x, scratch).data() : nullptr;
+  run_block_gemm<false>(act, x.scales, x.rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool,
                         w.may_hold_nan, act_decode);
 }
 

@@ -32,12 +32,14 @@ constexpr int64_t kWideRowTileMinRows = 48;
 // j = 8s + 2m, 8s + 2m + 1 into lane m of y[l]; the lane transpose makes c lane l = outputs 4l..4l+3, in
 // the word order [4 outputs at j even][4 outputs at j odd], which vpunpck{l,h}bw in fp8_to_bf16 turns
 // into W_j (outputs in lane order) and W_j+1.
-DSFLASH_AVX512 inline void convert_block_fp8(const uint8_t* base, const int64_t* offsets, __m512i* dst, const Avx512Tables& at,
-                                             __m512i lo0, __m512i lo1, __m512i hi0, __m512i hi1) {
+DSFLASH_AVX512 inline void convert_block_fp8(const uint8_t* base, const int64_t* offsets, __m512i* dst,
+                                             const Avx512Tables& at, __m512i lo0, __m512i lo1, __m512i hi0,
+                                             __m512i hi1) {
+  auto ld = [&](int i) DSFLASH_AVX512 {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + offsets[i]));
+  };
   __m512i z[8];
-  for (int n = 0; n < 8; ++n)
-    z[n] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + offsets[2 * n]))),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + offsets[2 * n + 1])), 1);
+  for (int n = 0; n < 8; ++n) z[n] = _mm512_inserti64x4(_mm512_castsi256_si512(ld(2 * n)), ld(2 * n + 1), 1);
   for (int s = 0; s < 2; ++s) {
     const __m512i gather = _mm512_load_si512(at.fp8_gather[s]);
     __m512i y[4], c[4];
@@ -60,7 +62,9 @@ DSFLASH_AVX512 inline void convert_block_fp4(const uint8_t* base, const int64_t*
                                              __m512i lut_lo, __m512i lut_hi) {
   __m512i y[4], q[4];
   for (int n = 0; n < 4; ++n) {
-    auto ld = [&](int i) DSFLASH_AVX512 { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + offsets[4 * n + i])); };
+    auto ld = [&](int i) DSFLASH_AVX512 {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + offsets[4 * n + i]));
+    };
     __m512i z = _mm512_castsi128_si512(ld(0));
     z = _mm512_inserti32x4(z, ld(1), 1);
     z = _mm512_inserti32x4(z, ld(2), 2);
