@@ -392,16 +392,6 @@ GemmArgs block_gemm_args(const float* act, const uint8_t* act_scales, int64_t ro
   return g;
 }
 
-// Rows [r0, r1) of g.
-GemmArgs row_slice(const GemmArgs& g, int64_t r0, int64_t r1) {
-  GemmArgs part = g;
-  part.rows = r1 - r0;
-  part.act += r0 * g.in;
-  part.act_scales += r0 * g.kb;
-  part.y += r0 * g.out;
-  return part;
-}
-
 // act_decode: FP8 on tile-major weights, 1..kDecodeMaxRows rows, act times kFp8DecodeActScale for the decode
 // kernels (GemmArgs::act_decode); null there: gemm_tiles.
 template <bool kFp4>

@@ -675,12 +675,30 @@ void decode_fp4_tile_major(const GemmArgs& g, int64_t tile) {
 
 // decode_fp4_tile_major over tiles [tile_begin, tile_end) of 16 outputs, two at a time. (bench_linear --threads=2,
 // avx2, this Xeon, w13_mxfp4_tiled, alternated 2x: rows:1 0.47-0.50 ms two at a time, 0.52 one, 0.55-0.57 four;
-// rows:4 1.48-1.49, 1.69-1.70 and 1.45-1.52: four tiles' integer sums no longer fit in the 16 registers.)
+// rows:4 1.48-1.49, 1.69-1.70 and 1.45-1.52: four tiles' integer sums no longer fit in the 16 registers.) Three or
+// four rows run as rows 0-1 and the rest, one pass each over the same two tiles (the second reads them from the
+// caches): the kernel of R rows holds R x NT x 2 sums, and four rows' 16 (all the registers) spilled into its chains.
+// Each row's bits do not depend on its pass. (bench_linear, avx2, a Zen 3 EPYC, 3 alternations, minima of 5:
+// w2_mxfp4_cached_tiled one thread rows:4 97-101 -> 77-80 us, rows:3 62-64 -> 58-60; --threads=2 from memory,
+// w2_mxfp4_tiled rows:4 1.00-1.26 -> 0.77-0.78 ms, rows:3 0.66-0.68 -> 0.58-0.64, w13_mxfp4_tiled rows:4 1.42-1.49
+// -> 1.31-1.37, rows:3 1.06-1.13 alike.)
 template <int R>
 void decode_fp4_tile_major_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   int64_t tile = tile_begin;
-  for (; tile + 2 <= tile_end; tile += 2) decode_fp4_tile_major<R, 2>(g, tile);
-  if (tile < tile_end) decode_fp4_tile_major<R, 1>(g, tile);
+  if constexpr (R >= 3) {
+    const GemmArgs first = row_slice(g, 0, 2), rest = row_slice(g, 2, R);
+    for (; tile + 2 <= tile_end; tile += 2) {
+      decode_fp4_tile_major<2, 2>(first, tile);
+      decode_fp4_tile_major<R - 2, 2>(rest, tile);
+    }
+    if (tile < tile_end) {
+      decode_fp4_tile_major<2, 1>(first, tile);
+      decode_fp4_tile_major<R - 2, 1>(rest, tile);
+    }
+  } else {
+    for (; tile + 2 <= tile_end; tile += 2) decode_fp4_tile_major<R, 2>(g, tile);
+    if (tile < tile_end) decode_fp4_tile_major<R, 1>(g, tile);
+  }
 }
 
 }  // namespace

@@ -87,6 +87,24 @@ struct GemmArgs {
   float* y = nullptr;                  // [rows, out]
 };
 
+// Rows [r0, r1) of g: every per-row operand moved to row r0 (null ones stay null).
+inline GemmArgs row_slice(const GemmArgs& g, int64_t r0, int64_t r1) {
+  GemmArgs part = g;
+  part.rows = r1 - r0;
+  auto move = [&](auto*& p, int64_t row_elements) {
+    if (p != nullptr) p += r0 * row_elements;
+  };
+  move(part.act, g.in);
+  move(part.act_decode, g.in);
+  move(part.act_pieces, g.kb * kFp4PieceBlockBytes);
+  move(part.act_units, g.kb);
+  move(part.act_piece_counts, g.kb);
+  move(part.act_int_offsets, g.kb);
+  move(part.act_scales, g.kb);
+  move(part.y, g.out);
+  return part;
+}
+
 // The many-row path (linear_avx2.cpp): y [rows, out] of g's rows for the 8-output tiles [tile_begin, tile_end).
 template <bool kFp4>
 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end);
