@@ -2,8 +2,9 @@
 //
 // FP8 / FP4 (spec/MODEL.md §4.9): the block partials are scaled and accumulated in K order exactly as the
 // reference: y = y + (partial * sa) * sw. Three paths compute the partials:
-// - 1..kDecodeMaxRows rows, in either weight order: the decode kernels (linear_avx2_decode.cpp), each weight block
-//   converted in registers as it is read.
+// - 1..kDecodeMaxRows rows, in either weight order, and on tile-major weights up to kFp8PassMaxRows /
+//   kFp4PassMaxRows rows in passes of those: the decode kernels (linear_avx2_decode.cpp), each weight block converted
+//   in registers as it is read.
 // - more rows (gemm_tiles, here): weights widened once per chunk into lanes [block][k][48 outputs] fp32 (bytes
 //   transposed, then through the fp16 converter: an e4m3 code's magnitude bits shifted into an fp16 word give the
 //   value times 2^-8 exactly, subnormals included; e2m1 values are fp16 words from a 16-entry table of high bytes),
@@ -392,7 +393,7 @@ GemmArgs block_gemm_args(const float* act, const uint8_t* act_scales, int64_t ro
   return g;
 }
 
-// act_decode: FP8 on tile-major weights, 1..kDecodeMaxRows rows, act times kFp8DecodeActScale for the decode
+// act_decode: FP8 on tile-major weights, 1..kFp8PassMaxRows rows, act times kFp8DecodeActScale for the decode
 // kernels (GemmArgs::act_decode); null there: gemm_tiles.
 template <bool kFp4>
 void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, const uint8_t* w,
@@ -402,7 +403,7 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
   GemmArgs g = block_gemm_args(act, act_scales, rows, w, w_scales, out, in, tile_major, y);
   g.may_hold_nan = may_hold_nan;
   const int64_t tiles = (out + kTile - 1) / kTile;
-  if (!kFp4 && tile_major && rows <= kDecodeMaxRows && act_decode != nullptr) {
+  if (!kFp4 && tile_major && rows <= kFp8PassMaxRows && act_decode != nullptr) {
     g.act_decode = act_decode;
     return run_decode_tile_major<false>(g, pool);
   }
@@ -425,7 +426,7 @@ void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, c
 
 void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, ThreadPool* pool) {
   ThreadScratch scratch(pool);
-  const bool decode = w.tile_major && x.rows <= kDecodeMaxRows;
+  const bool decode = w.tile_major && x.rows <= kFp8PassMaxRows;
   const float* act_decode = decode ? widen_activations(x, scratch, kFp8DecodeActScale).data() : nullptr;
   // The values themselves: the many-row path, and the decode's recomputation of a range that met a NaN code.
   const float* act = !decode || w.may_hold_nan ? widen_activations(x, scratch).data() : nullptr;
@@ -435,7 +436,7 @@ void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, Thread
 
 void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
   ThreadScratch scratch(pool);
-  if (x.rows > 0 && x.rows <= kDecodeMaxRows && w.out > 0) {
+  if (x.rows > 0 && x.rows <= (w.tile_major ? kFp4PassMaxRows : kDecodeMaxRows) && w.out > 0) {
     // Decode: the rows as the decode kernels take them, as values and as exact integers, in the weights' order.
     const std::span<float> values = scratch.take<float>(static_cast<size_t>(x.rows * x.k));
     const int64_t blocks = x.rows * (x.k / 32);
@@ -464,7 +465,7 @@ void fp8_as_bf16_gemm_avx2(const float* x, int64_t rows, const Fp8Weight& w, flo
   const std::span<uint8_t> unit_scales = scratch.take<uint8_t>(static_cast<size_t>(rows * (w.in / 32)));
   std::fill(unit_scales.begin(), unit_scales.end(), kE8m0One);
   const float* act_decode = nullptr;
-  if (w.tile_major && rows <= kDecodeMaxRows) {
+  if (w.tile_major && rows <= kFp8PassMaxRows) {
     const std::span<float> scaled = scratch.take<float>(static_cast<size_t>(rows * w.in));
     if (fp8_decode_activations(x, rows * w.in, scaled.data())) act_decode = scaled.data();
   }

@@ -1,5 +1,5 @@
-// The AVX2 table's decode kernels: 1..kDecodeMaxRows activation rows, each weight block converted in registers as
-// it is read (the many-row lanes path is linear_avx2.cpp's gemm_tiles, which these fall back to for NaN codes).
+// The AVX2 table's decode kernels: 1..kDecodeMaxRows activation rows (on tile-major weights more, in passes of
+// those: kFp8PassMaxRows, kFp4PassMaxRows), each weight block converted in registers as it is read (the many-row lanes path is linear_avx2.cpp's gemm_tiles, which these fall back to for NaN codes).
 // - Row-major weights (decode_rows_tiles): each block of 8 outputs converted and multiplied at once, in fp32 FMAs,
 //   or for MXFP4 in exact integers where the activations allow (prepare_fp4_decode_rows).
 // - Tile-major FP8 weights (decode_fp8_tile_major, decode_fp8_tile_major_rows): each 64-byte vector converted as it
@@ -673,32 +673,14 @@ void decode_fp4_tile_major(const GemmArgs& g, int64_t tile) {
         _mm256_storeu_ps(g.y + r * g.out + (tile + t) * kTileMajorOutputs + kTile * h, _mm256_load_ps(y[r][t][h]));
 }
 
-// decode_fp4_tile_major over tiles [tile_begin, tile_end) of 16 outputs, two at a time. (bench_linear --threads=2,
-// avx2, this Xeon, w13_mxfp4_tiled, alternated 2x: rows:1 0.47-0.50 ms two at a time, 0.52 one, 0.55-0.57 four;
-// rows:4 1.48-1.49, 1.69-1.70 and 1.45-1.52: four tiles' integer sums no longer fit in the 16 registers.) Three or
-// four rows run as rows 0-1 and the rest, one pass each over the same two tiles (the second reads them from the
-// caches): the kernel of R rows holds R x NT x 2 sums, and four rows' 16 (all the registers) spilled into its chains.
-// Each row's bits do not depend on its pass. (bench_linear, avx2, a Zen 3 EPYC, 3 alternations, minima of 5:
-// w2_mxfp4_cached_tiled one thread rows:4 97-101 -> 77-80 us, rows:3 62-64 -> 58-60; --threads=2 from memory,
-// w2_mxfp4_tiled rows:4 1.00-1.26 -> 0.77-0.78 ms, rows:3 0.66-0.68 -> 0.58-0.64, w13_mxfp4_tiled rows:4 1.42-1.49
-// -> 1.31-1.37, rows:3 1.06-1.13 alike.)
+// decode_fp4_tile_major over tiles [tile_begin, tile_end) of 16 outputs, two at a time, 1..kFp4PassRows rows.
+// (bench_linear --threads=2, avx2, this Xeon, w13_mxfp4_tiled, alternated 2x: rows:1 0.47-0.50 ms two at a time, 0.52
+// one, 0.55-0.57 four; rows:4, when one pass took four rows, 1.48-1.49, 1.69-1.70 and 1.45-1.52.)
 template <int R>
 void decode_fp4_tile_major_range(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   int64_t tile = tile_begin;
-  if constexpr (R >= 3) {
-    const GemmArgs first = row_slice(g, 0, 2), rest = row_slice(g, 2, R);
-    for (; tile + 2 <= tile_end; tile += 2) {
-      decode_fp4_tile_major<2, 2>(first, tile);
-      decode_fp4_tile_major<R - 2, 2>(rest, tile);
-    }
-    if (tile < tile_end) {
-      decode_fp4_tile_major<2, 1>(first, tile);
-      decode_fp4_tile_major<R - 2, 1>(rest, tile);
-    }
-  } else {
-    for (; tile + 2 <= tile_end; tile += 2) decode_fp4_tile_major<R, 2>(g, tile);
-    if (tile < tile_end) decode_fp4_tile_major<R, 1>(g, tile);
-  }
+  for (; tile + 2 <= tile_end; tile += 2) decode_fp4_tile_major<R, 2>(g, tile);
+  if (tile < tile_end) decode_fp4_tile_major<R, 1>(g, tile);
 }
 
 }  // namespace
@@ -719,33 +701,44 @@ void run_decode_rows(const GemmArgs& g, ThreadPool* pool) {
 template void run_decode_rows<false>(const GemmArgs&, ThreadPool*);
 template void run_decode_rows<true>(const GemmArgs&, ThreadPool*);
 
-// The tile-major decode (1..kDecodeMaxRows rows; FP8: decode_fp8_tile_major, decode_fp8_tile_major_rows; MXFP4:
-// decode_fp4_tile_major) over every 16-output tile of g, one contiguous range per thread (as run_decode_rows); an FP8
-// range that met a NaN code is recomputed by gemm_tiles.
+// The tile-major decode (FP8: decode_fp8_tile_major, decode_fp8_tile_major_rows; MXFP4: decode_fp4_tile_major)
+// over every 16-output tile of g, one contiguous range per thread (as run_decode_rows), in passes of kFp8PassRows /
+// kFp4PassRows rows over each pair of tiles; an FP8 range that met a NaN code is recomputed by gemm_tiles. The MXFP4
+// kernel of R rows holds R x 2 tiles x 2 integer sums: four rows' 16 (all the registers) had spilled into their
+// chains. (bench_linear, avx2, a Zen 3 EPYC, 3 alternations, minima of 5: w2_mxfp4_cached_tiled one thread rows:4 in
+// one pass 97-101 us, in two 77-80; rows:3 62-64 -> 58-60; --threads=2 from memory, w2_mxfp4_tiled rows:4 1.00-1.26
+// -> 0.77-0.78 ms, rows:3 0.66-0.68 -> 0.58-0.64, w13_mxfp4_tiled rows:4 1.42-1.49 -> 1.31-1.37, rows:3 1.06-1.13
+// alike.)
 template <bool kFp4>
 void run_decode_tile_major(const GemmArgs& g, ThreadPool* pool) {
-  auto body = [&](int64_t begin, int64_t end, int) {
+  // One pass: rows [r0, r0 + part.rows) over tiles [begin, end); FP8: the largest magnitude code seen.
+  auto pass = [](const GemmArgs& part, int64_t begin, int64_t end) -> uint8_t {
     if constexpr (kFp4) {
-      switch (g.rows) {
-        case 1: return decode_fp4_tile_major_range<1>(g, begin, end);
-        case 2: return decode_fp4_tile_major_range<2>(g, begin, end);
-        case 3: return decode_fp4_tile_major_range<3>(g, begin, end);
-        default: return decode_fp4_tile_major_range<4>(g, begin, end);
-      }
+      if (part.rows == 1) decode_fp4_tile_major_range<1>(part, begin, end);
+      else decode_fp4_tile_major_range<2>(part, begin, end);
+      return 0;
     } else {
-      uint8_t largest = 0;
-      if (g.rows == 1) {
-        largest = decode_fp8_tile_major_range(g, begin, end);
-      } else {
-        switch (g.rows) {
-          case 2: largest = decode_fp8_tile_major_rows_range<2>(g, begin, end); break;
-          case 3: largest = decode_fp8_tile_major_rows_range<3>(g, begin, end); break;
-          default: largest = decode_fp8_tile_major_rows_range<4>(g, begin, end); break;
-        }
+      switch (part.rows) {
+        case 1: return decode_fp8_tile_major_range(part, begin, end);
+        case 2: return decode_fp8_tile_major_rows_range<2>(part, begin, end);
+        case 3: return decode_fp8_tile_major_rows_range<3>(part, begin, end);
+        default: return decode_fp8_tile_major_rows_range<4>(part, begin, end);
       }
-      const int64_t tiles_per_tile = kTileMajorOutputs / kTile;
-      if (largest == 0x7f) gemm_tiles<false>(g, begin * tiles_per_tile, end * tiles_per_tile);
     }
+  };
+  constexpr int kPassRows = kFp4 ? kFp4PassRows : kFp8PassRows;
+  auto body = [&](int64_t begin, int64_t end, int) {
+    uint8_t largest = 0;
+    if (g.rows <= kPassRows) {
+      largest = pass(g, begin, end);
+    } else {
+      for (int64_t tile = begin; tile < end; tile += 2)
+        for (int64_t r0 = 0; r0 < g.rows; r0 += kPassRows)
+          largest = std::max(largest, pass(row_slice(g, r0, std::min<int64_t>(g.rows, r0 + kPassRows)), tile,
+                                           std::min(end, tile + 2)));
+    }
+    const int64_t tiles_per_tile = kTileMajorOutputs / kTile;
+    if (largest == 0x7f) gemm_tiles<kFp4>(g, begin * tiles_per_tile, end * tiles_per_tile);
   };
   const int64_t tiles = g.out / kTileMajorOutputs;
   if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);

@@ -1,6 +1,6 @@
 // Internals shared by the AVX2 table's two files (not part of the contract): linear_avx2.cpp holds the many-row
 // lanes path (gemm_tiles), the entry points and the table; linear_avx2_decode.cpp the decode kernels of
-// 1..kDecodeMaxRows rows. Every function here runs on the x86-64-v3 baseline (AVX2, FMA, F16C).
+// 1..kDecodeMaxRows rows (more in passes on tile-major weights). Every function here runs on the x86-64-v3 baseline (AVX2, FMA, F16C).
 #pragma once
 
 #include <immintrin.h>
@@ -15,6 +15,20 @@ namespace dsflash::linear_impl::avx2 {
 
 constexpr int kTile = 8;           // outputs per tile: one ymm of fp32 results
 constexpr int kDecodeMaxRows = 4;  // rows the decode kernels take (decode, and the few tokens of an expert)
+// On tile-major weights the decode kernels also take up to kFp8PassMaxRows / kFp4PassMaxRows rows, in passes of
+// kFp8PassRows / kFp4PassRows rows over each pair of tiles (the later passes read the tiles from the caches). A row's
+// bits do not depend on its pass (both paths sum each block down k, the reference's order), and up to these counts
+// the passes beat converting the weights into the many-row path's lanes, which too few rows share. (bench_linear
+// --threads=2, avx2, a Zen 3 EPYC, 3 alternations, minima of 5, lanes -> passes: wo_b_fp8_tiled rows:12 10.0-10.3
+// -> 7.9-9.0 ms, rows:16 12.3-12.6 -> 10.6-11.1, rows:24 16.9-17.1 -> 15.8-16.0, rows:32 21.4-21.7 -> 21.5-22.1;
+// wq_b rows:16 11.4-12.1 -> 10.5-10.8, rows:24 16.1-16.4 -> 15.8-16.0, rows:32 20.7-21.3 -> 21.1-21.3;
+// w13_mxfp4_tiled rows:12 5.0-5.5 -> 4.0-4.7, rows:16 6.3-6.5 -> 5.4-5.5, rows:24 8.8-8.9 -> 8.2-8.3, rows:32
+// 11.2-11.4 -> 10.8-12.5; w2 rows:12 2.59-2.62 -> 2.26-2.29, rows:16 3.27-3.28 -> 3.06-3.84, rows:24 4.58 -> 4.49-4.54,
+// rows:32 5.77-5.83 -> 6.17-7.36. From the caches, one thread, wo_b_fp8_cached_tiled rows:12 239-265 -> 202-204 us.)
+constexpr int kFp8PassRows = 4;
+constexpr int kFp8PassMaxRows = 24;
+constexpr int kFp4PassRows = 2;  // the MXFP4 kernel's integer sums of more rows no longer fit in the registers
+constexpr int kFp4PassMaxRows = 16;
 // Bytes of one MXFP4 block's activation pieces (prepare_fp4_decode_rows): 3 pieces of 32 signed bytes.
 constexpr int64_t kFp4PieceBlockBytes = 96;
 
@@ -52,7 +66,7 @@ inline __m256i lane_mask(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// The tile-major FP8 decode (1..kDecodeMaxRows rows) converts each code to its value times 2^-120 (the code's bits
+// The tile-major FP8 decode (1..kFp8PassMaxRows rows) converts each code to its value times 2^-120 (the code's bits
 // placed in a bf16 word, subnormal codes to fp32 subnormals) and multiplies activations times 2^64
 // (GemmArgs::act_decode), so its products are the reference's times 2^-56. Every product and partial sum of a block
 // is a multiple of 2^-9 (the smallest e4m3 step) times the smallest step of the row's activations; where that times
@@ -72,13 +86,13 @@ struct GemmArgs {
   bool tile_major = false;             // weight order (kernels/linear.h)
   bool may_hold_nan = true;            // FP8: Fp8Weight::may_hold_nan
   const float* act = nullptr;          // [rows, in] fp32 values
-  // FP8, tile-major weights, 1..kDecodeMaxRows rows: act times kFp8DecodeActScale, where that keeps the decode's
+  // FP8, tile-major weights, 1..kFp8PassMaxRows rows: act times kFp8DecodeActScale, where that keeps the decode's
   // bits (see above); null: those rows take gemm_tiles.
   const float* act_decode = nullptr;
-  // One to kDecodeMaxRows rows on MXFP4 (decode_rows_tiles, decode_fp4_tile_major): each block's values in the
-  // order of the weights' nibbles, and the same values as integers where that is exact (prepare_fp4_decode_rows):
-  // N in signed byte pieces [rows, kb, kFp4PieceBlockBytes], units [rows, kb] (0: the block is not exact), piece
-  // counts [rows, kb] (2 or 3).
+  // MXFP4 rows of the decode kernels (decode_rows_tiles: up to kDecodeMaxRows, decode_fp4_tile_major: up to
+  // kFp4PassMaxRows): each block's values in the order of the weights' nibbles, and the same values as integers
+  // where that is exact (prepare_fp4_decode_rows): N in signed byte pieces [rows, kb, kFp4PieceBlockBytes], units
+  // [rows, kb] (0: the block is not exact), piece counts [rows, kb] (2 or 3).
   const int8_t* act_pieces = nullptr;
   const float* act_units = nullptr;
   const uint8_t* act_piece_counts = nullptr;
@@ -123,7 +137,8 @@ void prepare_fp4_decode_rows(const Fp8Activations& x, bool tile_major, float* va
 // g.rows (1..kDecodeMaxRows) on row-major weights, one contiguous range of tiles per thread.
 template <bool kFp4>
 void run_decode_rows(const GemmArgs& g, ThreadPool* pool);
-// g.rows (1..kDecodeMaxRows) on tile-major weights, one contiguous range of tiles per thread.
+// g.rows (FP8 1..kFp8PassMaxRows, MXFP4 1..kFp4PassMaxRows) on tile-major weights, one contiguous range of tiles per
+// thread.
 template <bool kFp4>
 void run_decode_tile_major(const GemmArgs& g, ThreadPool* pool);
 

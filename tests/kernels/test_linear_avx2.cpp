@@ -49,6 +49,42 @@ TEST(LinearAvx2, ManyRowsGiveTheReferenceBits) {
     }
 }
 
+// Tile-major weights take the decode kernels for more rows than one pass holds, in passes of 4 (FP8) or 2 (MXFP4)
+// rows over each pair of tiles, up to a count past which the many-row path takes them (linear_avx2_impl.h): the
+// reference's bits at every count on both sides of those limits and of a pass's size, over an odd number of tiles;
+// and where an FP8 code is a NaN (tile 1), NaN in its output for every row and the bits elsewhere, as the range met
+// by the NaN is recomputed by the many-row path.
+TEST(LinearAvx2, TileMajorPassesGiveTheReferenceBits) {
+  const LinearKernels* k = linear_impl::avx2_kernels();
+  if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(43);
+  ThreadPool pool(2);
+  const int64_t out = 48, in = 544;
+  for (const bool nan_code : {false, true})
+    for (const int64_t rows : {5, 6, 7, 12, 13, 16, 17, 24, 25}) {
+      const auto x = test::random_fp8_acts(rng, rows, in);
+      auto w8 = test::random_fp8_weight(rng, out, in);
+      if (nan_code) w8.codes[static_cast<size_t>(20 * in + 100)] = 0xff;  // output 20 (tile 1), k 100
+      const auto w4 = test::random_fp4_weight(rng, out, in);
+      const OrderedWeights w = in_order(w8, w4, true);
+      std::vector<float> got(static_cast<size_t>(rows * out)), ref(got.size());
+      const std::string where = "rows " + std::to_string(rows) + (nan_code ? " with a NaN code" : "");
+      k->fp8_gemm(x.view(), w.fp8(), got.data(), &pool);
+      reference_linear_kernels().fp8_gemm(x.view(), w8.view(), ref.data(), nullptr);
+      for (int64_t i = 0; i < rows * out; ++i) {
+        if (std::isnan(ref[i])) {
+          ASSERT_TRUE(nan_code && i % out == 20 && std::isnan(got[i])) << "fp8 " << where << " at " << i;
+        } else {
+          ASSERT_EQ(std::memcmp(&got[i], &ref[i], sizeof(float)), 0)
+              << "fp8 " << where << " at " << i << ": " << got[i] << " vs " << ref[i];
+        }
+      }
+      k->fp4_gemm(x.view(), w.fp4(), got.data(), &pool);
+      reference_linear_kernels().fp4_gemm(x.view(), w4.view(), ref.data(), nullptr);
+      ASSERT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0) << "fp4 " << where;
+    }
+}
+
 // The AVX2 MXFP4 decode (1..4 rows) multiplies a block in integers only where every row's block is exact
 // (prepare_fp4_decode_rows), else in fp32 FMAs: row-major weights in their own order (in a block that could be exact
 // any fp32 order is exact too, so each row gets the same bits alone as with rows whose blocks are not exact, and a
@@ -136,9 +172,9 @@ TEST(LinearAvx2, Fp4DecodeTakesThreePieceBlocksExactly) {
     }
 }
 
-// wo_a's bf16 linear on tile-major FP8 weights: 1-4 rows take the decode kernels on activations times 2^64 where
-// every nonzero |a| is in [2^-61, 2^64), else the many-row path. Both sum each block down k from 0, so a row alone
-// gives the bits it gets in a batch of 6 (the many-row path). Rows of genuine fp32 values (24-bit significands, so
+// wo_a's bf16 linear on tile-major FP8 weights: 1-4 rows (and a few more, in passes of 4) take the decode kernels on
+// activations times 2^64 where every nonzero |a| is in [2^-61, 2^64), else the many-row path. Both sum each block
+// down k from 0, so 1-4 and 6 rows give the bits they get in a batch of 40 (the many-row path). Rows of genuine fp32 values (24-bit significands, so
 // sums round) at each edge of that range and past it, over small weights (subnormal codes and 2^-5 (1 + m/8)), so
 // that below the range the decode's scaled sums would be subnormal throughout: with the range taken down to 2^-75
 // the test fails at 2^-70 (tried).
@@ -146,7 +182,7 @@ TEST(LinearAvx2, Fp8AsBf16DecodeKeepsTheBatchBitsAtTheActivationRangesEdges) {
   const LinearKernels* k = linear_impl::avx2_kernels();
   if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(61);
-  const int64_t out = 32, in = 256, batch = 6;
+  const int64_t out = 32, in = 256;
   auto w = test::random_fp8_weight(rng, out, in);
   for (uint8_t& c : w.codes) c = static_cast<uint8_t>(rng() & 0x97);  // exponent field 0 or 2
   auto tiled = w;
@@ -155,13 +191,14 @@ TEST(LinearAvx2, Fp8AsBf16DecodeKeepsTheBatchBitsAtTheActivationRangesEdges) {
   view.tile_major = true;
   std::uniform_real_distribution<float> significand(1.0f, 2.0f);
   // Each row's magnitudes: 2^e times [1, 2), random signs, some zeros; e from the edges of the range and past them.
+  constexpr int64_t batch = 40;  // past the rows the decode passes take: the many-row path
   for (const int e : {-61, -62, -70, 63, 64, -130, 0}) {
     std::vector<float> x(static_cast<size_t>(batch * in));
     for (float& v : x)
       v = rng() % 7 == 0 ? 0.0f : std::ldexp(significand(rng), e) * (rng() % 2 == 0 ? 1.0f : -1.0f);
     std::vector<float> together(static_cast<size_t>(batch * out));
     k->fp8_as_bf16_gemm(x.data(), batch, view, together.data(), nullptr);
-    for (int64_t rows = 1; rows <= 4; ++rows) {
+    for (const int64_t rows : {1, 2, 3, 4, 6}) {
       std::vector<float> alone(static_cast<size_t>(rows * out));
       k->fp8_as_bf16_gemm(x.data(), rows, view, alone.data(), nullptr);
       for (int64_t i = 0; i < rows * out; ++i)
