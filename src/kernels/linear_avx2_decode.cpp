@@ -1,5 +1,6 @@
-// The AVX2 table's decode kernels: 1..kDecodeMaxRows activation rows (on tile-major weights more, in passes of
-// those: kFp8PassMaxRows, kFp4PassMaxRows), each weight block converted in registers as it is read (the many-row lanes path is linear_avx2.cpp's gemm_tiles, which these fall back to for NaN codes).
+// The AVX2 table's decode kernels: 1..kDecodeMaxRows activation rows (on tile-major weights more, in passes:
+// kFp8PassMaxRows, kFp4PassMaxRows), each weight block converted in registers as it is read (the many-row lanes
+// path is linear_avx2.cpp's gemm_tiles, which these fall back to for NaN codes).
 // - Row-major weights (decode_rows_tiles): each block of 8 outputs converted and multiplied at once, in fp32 FMAs,
 //   or for MXFP4 in exact integers where the activations allow (prepare_fp4_decode_rows).
 // - Tile-major FP8 weights (decode_fp8_tile_major, decode_fp8_tile_major_rows): each 64-byte vector converted as it
@@ -605,7 +606,7 @@ inline __m256 fp4_tile_major_block_fp32(const uint8_t* half, const float* values
   return _mm256_mul_ps(sum, _mm256_set1_ps(0.5f));
 }
 
-// R activation rows (1..kDecodeMaxRows) on NT tile-major MXFP4 tiles of 16 outputs from `tile`, all of K. A block
+// R activation rows (1..kFp4PassRows) on NT tile-major MXFP4 tiles of 16 outputs from `tile`, all of K. A block
 // every row can take in integers takes exact_fp4_tile_major_sums (NT x R x 2 int32 sums in registers); any other
 // takes fp4_tile_major_block_fp32: the reference's bits either way, so every row count gives the same. The block
 // sums are scaled and added in K order as the reference does: y = y + (partial * sa) * sw.
@@ -711,7 +712,7 @@ template void run_decode_rows<true>(const GemmArgs&, ThreadPool*);
 // alike.)
 template <bool kFp4>
 void run_decode_tile_major(const GemmArgs& g, ThreadPool* pool) {
-  // One pass: rows [r0, r0 + part.rows) over tiles [begin, end); FP8: the largest magnitude code seen.
+  // One pass of part's rows over tiles [begin, end); FP8: the largest magnitude code seen.
   auto pass = [](const GemmArgs& part, int64_t begin, int64_t end) -> uint8_t {
     if constexpr (kFp4) {
       if (part.rows == 1) decode_fp4_tile_major_range<1>(part, begin, end);

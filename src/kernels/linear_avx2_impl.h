@@ -1,6 +1,7 @@
 // Internals shared by the AVX2 table's two files (not part of the contract): linear_avx2.cpp holds the many-row
 // lanes path (gemm_tiles), the entry points and the table; linear_avx2_decode.cpp the decode kernels of
-// 1..kDecodeMaxRows rows (more in passes on tile-major weights). Every function here runs on the x86-64-v3 baseline (AVX2, FMA, F16C).
+// 1..kDecodeMaxRows rows (more in passes on tile-major weights). Every function here runs on the x86-64-v3 baseline
+// (AVX2, FMA, F16C).
 #pragma once
 
 #include <immintrin.h>

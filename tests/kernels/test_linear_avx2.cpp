@@ -174,10 +174,10 @@ TEST(LinearAvx2, Fp4DecodeTakesThreePieceBlocksExactly) {
 
 // wo_a's bf16 linear on tile-major FP8 weights: 1-4 rows (and a few more, in passes of 4) take the decode kernels on
 // activations times 2^64 where every nonzero |a| is in [2^-61, 2^64), else the many-row path. Both sum each block
-// down k from 0, so 1-4 and 6 rows give the bits they get in a batch of 40 (the many-row path). Rows of genuine fp32 values (24-bit significands, so
-// sums round) at each edge of that range and past it, over small weights (subnormal codes and 2^-5 (1 + m/8)), so
-// that below the range the decode's scaled sums would be subnormal throughout: with the range taken down to 2^-75
-// the test fails at 2^-70 (tried).
+// down k from 0, so 1-4 and 6 rows give the bits they get in a batch of 40 (the many-row path). Rows of genuine fp32
+// values (24-bit significands, so sums round) at each edge of that range and past it, over small weights (subnormal
+// codes and 2^-5 (1 + m/8)), so that below the range the decode's scaled sums would be subnormal throughout: with the
+// range taken down to 2^-75 the test fails at 2^-70 (tried, with batches of 6).
 TEST(LinearAvx2, Fp8AsBf16DecodeKeepsTheBatchBitsAtTheActivationRangesEdges) {
   const LinearKernels* k = linear_impl::avx2_kernels();
   if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
