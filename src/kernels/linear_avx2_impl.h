@@ -25,7 +25,8 @@ constexpr int kDecodeMaxRows = 4;  // rows the decode kernels take (decode, and 
 // wq_b rows:16 11.4-12.1 -> 10.5-10.8, rows:24 16.1-16.4 -> 15.8-16.0, rows:32 20.7-21.3 -> 21.1-21.3;
 // w13_mxfp4_tiled rows:12 5.0-5.5 -> 4.0-4.7, rows:16 6.3-6.5 -> 5.4-5.5, rows:24 8.8-8.9 -> 8.2-8.3, rows:32
 // 11.2-11.4 -> 10.8-12.5; w2 rows:12 2.59-2.62 -> 2.26-2.29, rows:16 3.27-3.28 -> 3.06-3.84, rows:24 4.58 -> 4.49-4.54,
-// rows:32 5.77-5.83 -> 6.17-7.36. From the caches, one thread, wo_b_fp8_cached_tiled rows:12 239-265 -> 202-204 us.)
+// rows:32 5.77-5.83 -> 6.17-7.36; wo_a_fp8_grouped_tiled (bf16 activations) rows:12 8.6-8.8 -> 6.5-6.7, rows:24
+// 14.8-15.0 -> 13.1-13.7. From the caches, one thread, wo_b_fp8_cached_tiled rows:12 239-265 -> 202-204 us.)
 constexpr int kFp8PassRows = 4;
 constexpr int kFp8PassMaxRows = 24;
 constexpr int kFp4PassRows = 2;  // the MXFP4 kernel's integer sums of more rows no longer fit in the registers
