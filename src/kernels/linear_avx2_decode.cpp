@@ -729,17 +729,15 @@ void run_decode_tile_major(const GemmArgs& g, ThreadPool* pool) {
   };
   constexpr int kPassRows = kFp4 ? kFp4PassRows : kFp8PassRows;
   auto body = [&](int64_t begin, int64_t end, int) {
+    // One pass takes the whole range; several alternate over each pair of tiles.
+    const int64_t group = g.rows <= kPassRows ? std::max<int64_t>(1, end - begin) : 2;
     uint8_t largest = 0;
-    if (g.rows <= kPassRows) {
-      largest = pass(g, begin, end);
-    } else {
-      for (int64_t tile = begin; tile < end; tile += 2)
-        for (int64_t r0 = 0; r0 < g.rows; r0 += kPassRows)
-          largest = std::max(largest, pass(row_slice(g, r0, std::min<int64_t>(g.rows, r0 + kPassRows)), tile,
-                                           std::min(end, tile + 2)));
-    }
+    for (int64_t tile = begin; tile < end; tile += group)
+      for (int64_t r0 = 0; r0 < g.rows; r0 += kPassRows)
+        largest = std::max(largest, pass(row_slice(g, r0, std::min<int64_t>(g.rows, r0 + kPassRows)), tile,
+                                         std::min(end, tile + group)));
     const int64_t tiles_per_tile = kTileMajorOutputs / kTile;
-    if (largest == 0x7f) gemm_tiles<kFp4>(g, begin * tiles_per_tile, end * tiles_per_tile);
+    if (!kFp4 && largest == 0x7f) gemm_tiles<false>(g, begin * tiles_per_tile, end * tiles_per_tile);
   };
   const int64_t tiles = g.out / kTileMajorOutputs;
   if (pool) pool->parallel_for_nodes(tiles, body, 1, 1);
