@@ -22,7 +22,8 @@
 //                         compressor arithmetic);
 //   peak RSS              getrusage maximum resident set, and the tile-major weight copies in it
 //                         (ModelInfo::tile_major_bytes; the DSpark stages' only with --speculative); bench wall time:
-//                         the whole run, load included.
+//                         the whole run, load included, split into the sections that ran (wall_split_s: load,
+//                         prefill warm-up, prefill, decode, depths, ...), which add up to it.
 // Every decode figure runs over a synthetic context (GenerationRequest::bench_synthetic_context: the KV of the first
 // depth - n - 3 positions is valid random state written at admission, kv/synthetic_context.h), so a million-token
 // depth costs a fill of its KV, not its prefill; one prompt token is prefilled and the first decode step is a
@@ -107,10 +108,6 @@ Sample summarize(const std::vector<double>& v) {
     s.sd = std::sqrt(acc / static_cast<double>(v.size() - 1));
   }
   return s;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 int64_t peak_rss_bytes() {
@@ -294,6 +291,16 @@ int run_bench(const BenchOptions& o) {
     return 1;
   }
   const ModelInfo& info = (*engine)->info();
+  // Where the run's wall time went (the "bench wall time" row, wall_split_s in --json): each lap() books the time
+  // since the previous one to a section, so the sections add up to the wall time.
+  std::vector<std::pair<std::string, double>> wall_split;
+  auto lap_start = run_start;
+  auto lap = [&](const char* section) {
+    const auto now = std::chrono::steady_clock::now();
+    wall_split.emplace_back(section, std::chrono::duration<double>(now - lap_start).count());
+    lap_start = now;
+  };
+  lap("load");
   // The bf16-dot peak measured now, where the table's GEMMs multiply with another instruction (the figures'
   // second limit), else nothing.
   auto bf16_dot_peak = [&](const ComputePeak& table) -> std::optional<ComputePeak> {
@@ -418,6 +425,7 @@ int run_bench(const BenchOptions& o) {
                         {"adaptive_drafted", adaptive_drafted}};
   }
   const bool only_speculative = o.speculative > 0;
+  if (only_speculative) lap("speculative");
 
   // Prefix cache: time to first token cold vs hit.
   for (int64_t n : o.prefix_cache ? o.prompt_lengths : std::vector<int64_t>{}) {
@@ -447,6 +455,7 @@ int run_bench(const BenchOptions& o) {
                                             {"ttft_hit_s", h.mean},   {"ttft_hit_sd", h.sd},
                                             {"hit_over_cold", q.mean}, {"cached_tokens", cached}};
   }
+  if (o.prefix_cache) lap("prefix cache");
 
   // Prefill, default and exact, side by side per repetition (same prompt), after one untimed prefill in a step of
   // the largest size the figures use (min(longest prompt, --chunk) tokens): the first step of a size grows the
@@ -464,6 +473,7 @@ int run_bench(const BenchOptions& o) {
     const std::vector<int32_t> warm_prompt = random_prompt(warm_tokens, info.vocab_size, 0x5eed);
     auto warm = bench.prefill(warm_prompt, Plan::kBoundedReplay, nullptr);
     if (!warm.ok()) return fail(warm.error());
+    lap("prefill warm-up");
   }
   int64_t kv_bytes_longest = 0, kv_positions_longest = 0;
   for (int64_t n : prefill_lengths) {
@@ -565,6 +575,7 @@ int run_bench(const BenchOptions& o) {
     j["prefill_tps_exact"] = e.mean;
     j["prefill_cost_ratio"] = q.mean;
   }
+  if (!prefill_lengths.empty()) lap("prefill");
 
   // Decode throughput at the smallest depth, per batch.
   std::vector<int64_t> depths = o.depths;
@@ -681,6 +692,7 @@ int run_bench(const BenchOptions& o) {
       j["decode_roofline_fraction_batch" + std::to_string(batch)] = fraction;
     }
     j["decode_depth"] = depth;
+    lap("decode");
   }
 
   // One batch-1 decode step at each depth (synthetic context), split into the context-free part (the step at the
@@ -730,6 +742,7 @@ int run_bench(const BenchOptions& o) {
         {"linear_ms", linear},         {"other_ms", other},
         {"over_smallest_depth", step.mean * 1e3 / first_step_ms}};
   }
+  if (!depths.empty()) lap("depths");
 
   // Global KV actually allocated, and what reserving a long context allocates (pages are not touched).
   const double kv_per_token =
@@ -758,12 +771,21 @@ int run_bench(const BenchOptions& o) {
   j["tile_major_bytes"] = info.tile_major_bytes;
   rows.push_back({"peak RSS", std::to_string(rss / (1 << 20)) + " MiB (of which the load-time weight copies " +
                                   std::to_string(info.tile_major_bytes >> 20) + " MiB)"});
-  const double wall = seconds_since(run_start);
+  lap("rest");
+  double wall = 0;
+  std::string wall_text;
+  for (const auto& [section, seconds] : wall_split) {
+    wall += seconds;
+    j["wall_split_s"][section] = seconds;
+    char part[64];
+    std::snprintf(part, sizeof(part), "%s%s %.1f", wall_text.empty() ? "" : ", ", section.c_str(), seconds);
+    wall_text += part;
+  }
   j["wall_s"] = wall;
   {
-    char text[64];
-    std::snprintf(text, sizeof(text), "%.1f s (load included)", wall);
-    rows.push_back({"bench wall time", text});
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.1f s (", wall);
+    rows.push_back({"bench wall time", text + wall_text + ")"});
   }
 
   if (o.json) {

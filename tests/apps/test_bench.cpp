@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -27,14 +28,28 @@ TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
   const CliRun made = run_dsflash({"make-tiny", "--preset", "tiny", "-o", dir.string(), "--tokenizer", tokenizer});
   ASSERT_EQ(made.exit_code, 0) << made.err;
 
+  const auto bench_start = std::chrono::steady_clock::now();
   const CliRun bench = run_dsflash({"bench", "-m", dir.string(), "-p", "16", "-n", "2", "-r", "1", "--batch", "1,2",
                                 "--depth", "256", "--threads", "2", "--json"});
+  const double bench_elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - bench_start).count();
   std::error_code ec;
   fs::remove_all(dir, ec);
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   const nlohmann::json j = nlohmann::json::parse(bench.out);
 
   EXPECT_GT(j.at("prefill_peak_fraction").get<double>(), 0.0);
+  {
+    // The wall time is split into the sections that ran, and it is the process's run time, less its start and exit.
+    const nlohmann::json& split = j.at("wall_split_s");
+    EXPECT_EQ(split.size(), 6u);
+    for (const char* section : {"load", "prefill warm-up", "prefill", "decode", "depths", "rest"})
+      EXPECT_GE(split.at(section).get<double>(), 0.0) << section;
+    for (const char* section : {"load", "prefill warm-up", "prefill", "decode", "depths"})
+      EXPECT_GT(split.at(section).get<double>(), 0.0) << section;
+    const double wall_s = j.at("wall_s").get<double>();
+    EXPECT_LE(wall_s, bench_elapsed_s);
+    EXPECT_GT(wall_s, 0.5 * bench_elapsed_s);
+  }
   {
     // The prefill peak is the higher of the probes right before and right after the prompt's runs.
     const nlohmann::json& p = j.at("prefill").at("16");
