@@ -9,6 +9,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/linear.h"
+#include "kernels/linear_avx2_impl.h"
 #include "kernels/linear_impl.h"
 #include "test_linear_util.h"
 
@@ -17,6 +18,10 @@ namespace {
 
 using test::OrderedWeights;
 using test::in_order;
+// The pass sizes and limits of the decode kernels on tile-major weights (linear_avx2_impl.h).
+using linear_impl::avx2::kFp4PassMaxRows;
+using linear_impl::avx2::kFp8PassMaxRows;
+using linear_impl::avx2::kFp8PassRows;
 
 // The AVX2 table's many-row path sums each block down k from 0 (weights in lanes, linear_avx2.cpp), the reference's
 // own order: the same bits on random codes, where the order of a block's products shows, in both weight orders. So
@@ -61,7 +66,9 @@ TEST(LinearAvx2, TileMajorPassesGiveTheReferenceBits) {
   ThreadPool pool(2);
   const int64_t out = 48, in = 544;
   for (const bool nan_code : {false, true})
-    for (const int64_t rows : {5, 6, 7, 12, 13, 16, 17, 24, 25}) {
+    for (const int64_t rows : {kFp8PassRows + 1, kFp8PassRows + 2, kFp8PassRows + 3, kFp4PassMaxRows - 4,
+                               kFp4PassMaxRows - 3, kFp4PassMaxRows, kFp4PassMaxRows + 1, kFp8PassMaxRows,
+                               kFp8PassMaxRows + 1}) {
       const auto x = test::random_fp8_acts(rng, rows, in);
       auto w8 = test::random_fp8_weight(rng, out, in);
       if (nan_code) w8.codes[static_cast<size_t>(20 * in + 100)] = 0xff;  // output 20 (tile 1), k 100
@@ -173,11 +180,11 @@ TEST(LinearAvx2, Fp4DecodeTakesThreePieceBlocksExactly) {
 }
 
 // wo_a's bf16 linear on tile-major FP8 weights: 1-4 rows (and a few more, in passes of 4) take the decode kernels on
-// activations times 2^64 where every nonzero |a| is in [2^-61, 2^64), else the many-row path. Both sum each block
-// down k from 0, so 1-4 and 6 rows give the bits they get in a batch of 40 (the many-row path). Rows of genuine fp32
-// values (24-bit significands, so sums round) at each edge of that range and past it, over small weights (subnormal
-// codes and 2^-5 (1 + m/8)), so that below the range the decode's scaled sums would be subnormal throughout: with the
-// range taken down to 2^-75 the test fails at 2^-70 (tried, with batches of 6).
+// activations times 2^64 where every nonzero |a| is in [2^-61, 2^64), else the many-row path. Both sum each block down
+// k from 0, so 1-4 and 6 rows give the bits they get in a batch past kFp8PassMaxRows (the many-row path). Rows of
+// genuine fp32 values (24-bit significands, so sums round) at each edge of that range and past it, over small weights
+// (subnormal codes and 2^-5 (1 + m/8)), so that below the range the decode's scaled sums would be subnormal throughout:
+// with the range taken down to 2^-75 the test fails at 2^-70 (tried, with batches of 6).
 TEST(LinearAvx2, Fp8AsBf16DecodeKeepsTheBatchBitsAtTheActivationRangesEdges) {
   const LinearKernels* k = linear_impl::avx2_kernels();
   if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
@@ -191,7 +198,7 @@ TEST(LinearAvx2, Fp8AsBf16DecodeKeepsTheBatchBitsAtTheActivationRangesEdges) {
   view.tile_major = true;
   std::uniform_real_distribution<float> significand(1.0f, 2.0f);
   // Each row's magnitudes: 2^e times [1, 2), random signs, some zeros; e from the edges of the range and past them.
-  constexpr int64_t batch = 40;  // past the rows the decode passes take: the many-row path
+  constexpr int64_t batch = kFp8PassMaxRows + 16;  // past the rows the decode passes take: the many-row path
   for (const int e : {-61, -62, -70, 63, 64, -130, 0}) {
     std::vector<float> x(static_cast<size_t>(batch * in));
     for (float& v : x)
