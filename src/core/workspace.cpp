@@ -34,15 +34,6 @@ void* Arena::take_bytes(size_t bytes) {
   return blocks_[block_].data.get();
 }
 
-void Arena::reset() {
-  block_ = 0;
-  offset_ = 0;
-  if (blocks_.size() <= 1) return;
-  const size_t total = capacity_bytes();
-  blocks_.clear();
-  add_block(total);
-}
-
 void Arena::reserve(size_t bytes) {
   reset();
   if (capacity_bytes() >= bytes) return;
