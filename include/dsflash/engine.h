@@ -320,6 +320,8 @@ class Engine {
   // or it competes with them). kTableGemm: the instruction the loaded table's many-row matmuls multiply with (the
   // bf16 dot, fp32 FMAs where "avx512" chose them, the AMX tile unit for "amx").
   ComputePeak measure_compute_peak(double seconds = 0.25, ComputeUnit unit = ComputeUnit::kTableGemm) const;
+  // The instruction measure_compute_peak(…, unit) times (its ComputePeak::kernel), without timing it.
+  std::string compute_peak_kernel(ComputeUnit unit) const;
   ReadBandwidth measure_read_bandwidth(int64_t bytes = int64_t{512} << 20) const;
 
   struct Impl;

@@ -218,13 +218,22 @@ int64_t Engine::global_kv_bytes_for_positions(int64_t positions) const {
   return impl_->kv_layout->global_bytes_for_positions(positions);
 }
 
+namespace {
+PeakOps peak_ops(ComputeUnit unit, const ComputeContext& ctx) {
+  return unit == ComputeUnit::kBf16Dot    ? PeakOps::kBf16Dot
+         : unit == ComputeUnit::kAmxTiles ? PeakOps::kAmxBf16
+                                          : ctx.backend->gemm_peak;
+}
+}  // namespace
+
 ComputePeak Engine::measure_compute_peak(double seconds, ComputeUnit unit) const {
   const ComputeContext& ctx = impl_->runner->context();
-  const PeakOps ops = unit == ComputeUnit::kBf16Dot    ? PeakOps::kBf16Dot
-                      : unit == ComputeUnit::kAmxTiles ? PeakOps::kAmxBf16
-                                                       : ctx.backend->gemm_peak;
-  const DotPeak peak = measure_dot_peak(ctx.pool, seconds, ops);
+  const DotPeak peak = measure_dot_peak(ctx.pool, seconds, peak_ops(unit, ctx));
   return ComputePeak{peak.gflops, peak.kernel};
+}
+
+std::string Engine::compute_peak_kernel(ComputeUnit unit) const {
+  return dot_peak_kernel(peak_ops(unit, impl_->runner->context()));
 }
 
 ReadBandwidth Engine::measure_read_bandwidth(int64_t bytes) const {

@@ -224,28 +224,32 @@ int64_t dot_probe_flops(const std::string& kernel, int64_t iterations) {
   return iterations * kYmmChains * 16;
 }
 
+namespace {
+struct DotProbe {
+  const char* kernel;
+  float (*rounds)(int64_t);
+};
+// The instruction measure_dot_peak times for `ops` on this CPU, and its loop.
+DotProbe dot_probe(PeakOps ops) {
+  if (ops == PeakOps::kAmxBf16 && linear_impl::amx_usable()) return {kAmxKernel, linear_impl::amx_dot_rounds};
+  if (ops == PeakOps::kInt8Dot) {
+    return has_vnni() ? DotProbe{kVnniKernel, int8_dot_rounds_vnni} : DotProbe{kMaddubsKernel, int8_dot_rounds_avx2};
+  }
+  if (ops == PeakOps::kFp32Fma256) return {kFmaKernel, fma_rounds};
+  if (ops == PeakOps::kFp32Fma) {
+    return has_avx512f() ? DotProbe{kFma512Kernel, fma_rounds_avx512} : DotProbe{kFmaKernel, fma_rounds};
+  }
+  return has_bf16_dot() ? DotProbe{kBf16Kernel, bf16_dot_rounds} : DotProbe{kFmaKernel, fma_rounds};
+}
+}  // namespace
+
+std::string dot_peak_kernel(PeakOps ops) { return dot_probe(ops).kernel; }
+
 DotPeak measure_dot_peak(ThreadPool* pool, double seconds, PeakOps ops) {
   DotPeak peak;
-  float (*rounds_fn)(int64_t) = nullptr;
-  if (ops == PeakOps::kAmxBf16 && linear_impl::amx_usable()) {
-    peak.kernel = kAmxKernel;
-    rounds_fn = linear_impl::amx_dot_rounds;
-  } else if (ops == PeakOps::kInt8Dot) {
-    const bool vnni = has_vnni();
-    peak.kernel = vnni ? kVnniKernel : kMaddubsKernel;
-    rounds_fn = vnni ? int8_dot_rounds_vnni : int8_dot_rounds_avx2;
-  } else if (ops == PeakOps::kFp32Fma256) {
-    peak.kernel = kFmaKernel;
-    rounds_fn = fma_rounds;
-  } else if (ops == PeakOps::kFp32Fma) {
-    const bool avx512 = has_avx512f();
-    peak.kernel = avx512 ? kFma512Kernel : kFmaKernel;
-    rounds_fn = avx512 ? fma_rounds_avx512 : fma_rounds;
-  } else {
-    const bool bf16 = has_bf16_dot();
-    peak.kernel = bf16 ? kBf16Kernel : kFmaKernel;
-    rounds_fn = bf16 ? bf16_dot_rounds : fma_rounds;
-  }
+  const DotProbe probe = dot_probe(ops);
+  peak.kernel = probe.kernel;
+  float (*rounds_fn)(int64_t) = probe.rounds;
   // Calibrate on one thread so the timed run lasts about `seconds`.
   using Clock = std::chrono::steady_clock;
   int64_t rounds = 1 << 16;

@@ -37,6 +37,8 @@ enum class PeakOps { kBf16Dot, kAmxBf16, kFp32Fma, kFp32Fma256, kInt8Dot };
 
 // Runs for about `seconds` on every thread of `pool` (null: the calling thread only).
 DotPeak measure_dot_peak(ThreadPool* pool, double seconds = 0.25, PeakOps ops = PeakOps::kBf16Dot);
+// The instruction measure_dot_peak(…, ops) times on this CPU (its DotPeak::kernel), without timing anything.
+std::string dot_peak_kernel(PeakOps ops);
 
 // The machine's memory read bandwidth, measured now: every thread of `pool` sums its contiguous share of a
 // `bytes`-long buffer (far larger than the caches), `passes` times, each time with every read loop the CPU runs

@@ -66,6 +66,15 @@ TEST(PeakProbe, ReportsAPositiveRateAndItsKernel) {
   EXPECT_EQ(int8.flops_per_thread % dot_probe_flops(int8.kernel, 1), 0);
 }
 
+// What the bench asks before deciding whether a second probe would time anything new.
+TEST(PeakProbe, NamesTheKernelItWouldTimeWithoutTimingIt) {
+  for (PeakOps ops : {PeakOps::kBf16Dot, PeakOps::kAmxBf16, PeakOps::kFp32Fma, PeakOps::kFp32Fma256,
+                      PeakOps::kInt8Dot}) {
+    EXPECT_EQ(dot_peak_kernel(ops), measure_dot_peak(nullptr, 0.002, ops).kernel) << static_cast<int>(ops);
+  }
+  EXPECT_EQ(dot_peak_kernel(PeakOps::kFp32Fma256), "avx2 fp32 fma");
+}
+
 TEST(PeakProbe, ReadBandwidthCountsWholeStepsAndIsPositive) {
   const ReadPeak one = measure_read_bandwidth(nullptr, (1 << 20) + 24, 2);
   EXPECT_EQ(one.bytes, 1 << 20);  // rounded down to whole 128-byte steps
