@@ -16,7 +16,8 @@
 // the L3 is larger some of it may come from there, for the kernel and the read alike (a Xeon reporting 480 MB: 1 GB
 // of copies lowered both by 5-10% and left vs_read where it was). The "_cached" shapes instead read one L2-resident
 // copy, which shows what the kernel computes when memory is not the limit. exact_fp4_prepare/<shape>: the one-row
-// MXFP4 activation preparation the AVX-512 tables run before each call.
+// MXFP4 activation preparation the AVX-512 tables run before each call. repack/<shape>: the load-time copy of the
+// weight into the tile-major layout (GBps of weight bytes).
 // Run: build-<you>/bench/bench_linear [--threads=N] [--benchmark_filter=avx512] [--benchmark_repetitions=3]
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -324,7 +325,36 @@ void run_exact_fp4_prepare(benchmark::State& state, LinearShape shape) {
                                                        benchmark::Counter::kInvert);
 }
 
+// The load-time copy of one weight into the tile-major layout (repack_fp8_tile_major with its NaN and plain-block
+// checks, or repack_fp4_tile_major with its scales) on the pool, into memory already touched, so only the copy is
+// timed (a load also faults in the destination). GBps: weight bytes copied per second.
+void run_repack(benchmark::State& state, LinearShape shape, int threads) {
+  ThreadPool pool(threads);
+  const bool fp8 = shape.format == Format::kFp8;
+  const int64_t bytes = fp8 ? shape.out * shape.in : shape.out * shape.in / 2;
+  std::vector<uint8_t> from(static_cast<size_t>(bytes)), to(from.size());
+  // FP8: normal codes only (no NaN, no subnormal), as in most blocks of real weights, so the checks scan every code.
+  std::mt19937 rng(3);
+  for (auto& b : from) b = fp8 ? static_cast<uint8_t>((rng() % 0x77 + 8) | rng() % 2 * 0x80) : static_cast<uint8_t>(rng());
+  std::vector<uint8_t> scales(static_cast<size_t>(shape.out * (shape.in / 32)), 127), scales_to(scales.size());
+  std::vector<uint8_t> plain(static_cast<size_t>(fp8_plain_code_block_count(shape.out, shape.in)));
+  for (auto _ : state) {
+    if (fp8) {
+      benchmark::DoNotOptimize(repack_fp8_tile_major(from.data(), shape.out, shape.in, to.data(), &pool, plain.data()));
+    } else {
+      repack_fp4_tile_major(from.data(), shape.out, shape.in, to.data(), &pool);
+      repack_fp4_scales_tile_major(scales.data(), shape.out, shape.in, scales_to.data(), &pool);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["GBps"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void register_all(int threads) {
+  for (const LinearShape& s : kShapes)
+    if ((s.format == Format::kFp8 || s.format == Format::kFp4) && !s.cached && tile_major_possible(s.out, s.in))
+      benchmark::RegisterBenchmark((std::string("repack/") + s.name).c_str(), run_repack, s, threads)
+          ->Unit(benchmark::kMillisecond);
   if (linear_impl::avx512_kernels() != nullptr)
     for (const LinearShape& s : kShapes)
       if (s.format == Format::kFp4 && !s.cached)
