@@ -23,7 +23,7 @@
 //   peak RSS              getrusage maximum resident set, and the tile-major weight copies in it
 //                         (ModelInfo::tile_major_bytes; the DSpark stages' only with --speculative); bench wall time:
 //                         the whole run, load included, split into the sections that ran (wall_split_s: load,
-//                         prefill warm-up, prefill, decode, depths, ...), which add up to it.
+//                         prefill, decode, depths, ...), which add up to it.
 // Every decode figure runs over a synthetic context (GenerationRequest::bench_synthetic_context: the KV of the first
 // depth - n - 3 positions is valid random state written at admission, kv/synthetic_context.h), so a million-token
 // depth costs a fill of its KV, not its prefill; one prompt token is prefilled and the first decode step is a
@@ -45,8 +45,8 @@
 // only pure decode steps (no prefill in them). The step profile is on for the whole run (a clock read per phase
 // change, negligible next to the matmuls).
 // Prefill fairness: both plans get the same prompt in the same chunks (--chunk = prefill tokens per step) and
-// compute logits only for the last prompt position (what generation needs), so the ratio compares the layer work;
-// one untimed prefill comes first (as llama-bench's warm-up run), and "ppN default / dot peak" also
+// compute logits only for the last prompt position (what generation needs), so the ratio compares the layer work
+// (no untimed warm-up prefill: see the prefill section below); "ppN default / dot peak" also
 // says which share of the default plan's time each phase took, and (another table instruction) the fraction of
 // the bf16-dot peak (prefill_bf16_dot_peak_fraction).
 // --json prints the same figures as one JSON object. Timing is wall clock; a benchmark is not a test.
@@ -302,11 +302,10 @@ int run_bench(const BenchOptions& o) {
   };
   lap("load");
   // The bf16-dot peak measured now, where the table's GEMMs multiply with another instruction (the figures'
-  // second limit), else nothing.
+  // second limit), else nothing (and nothing timed).
   auto bf16_dot_peak = [&](const ComputePeak& table) -> std::optional<ComputePeak> {
-    ComputePeak dot = (*engine)->measure_compute_peak(0.25, ComputeUnit::kBf16Dot);
-    if (dot.kernel == table.kernel) return std::nullopt;
-    return dot;
+    if ((*engine)->compute_peak_kernel(ComputeUnit::kBf16Dot) == table.kernel) return std::nullopt;
+    return (*engine)->measure_compute_peak(0.25, ComputeUnit::kBf16Dot);
   };
   const int64_t size_bytes = info.checkpoint_bytes;
   const std::string model_name = std::filesystem::path(o.model_dir).filename().string().empty()
@@ -457,24 +456,14 @@ int run_bench(const BenchOptions& o) {
   }
   if (o.prefix_cache) lap("prefix cache");
 
-  // Prefill, default and exact, side by side per repetition (same prompt), after one untimed prefill in a step of
-  // the largest size the figures use (min(longest prompt, --chunk) tokens): the first step of a size grows the
-  // engine's scratch arenas, and the page faults of that fresh memory (~1 GB at 2048 tokens on the wide preset) are
-  // a one-time cost of the process, not prefill speed. The default plan warms up for both: its encoder layers run
-  // every token of the step, and a decoder layer's scratch for a number of tokens is an encoder layer's (the
-  // decoder is the same block on fewer rows), so the exact plan's first run takes no new memory either. (On a
-  // 2-core Zen 3, -p 512 -r 2, 2 runs each: the exact-plan warm-up took 26.7-27.8 s, the default one 17.8-18.6,
-  // and after it the first exact run took 27.0 / 27.0 s against 27.1 / 26.5 for the second; warming both had made
-  // an earlier default run 133 s instead of 117.)
+  // Prefill, default and exact, side by side per repetition (same prompt). No untimed warm-up prefill runs first:
+  // its only effect was growing the engine's scratch arenas (later steps of a shape reuse the first one's pages,
+  // core/workspace.h), and that one-time cost is small next to a prefill step and its noise. On a 2-core Zen 3,
+  // -p 512 -r 3 without a warm-up: the first default run faulted in 79152 pages in 0.28 s of system time and took
+  // 17.43 s against 17.59 / 18.97 for the next two (137-138 faults each), and the exact plan's first run 685 faults
+  // (26.67 s against 27.34 / 26.70), while a 512-token warm-up took 17.7 s of a 116 s `-p 512 --batch 1 -n 1 -r 2`.
   const std::vector<int64_t> prefill_lengths =
       o.prefix_cache || only_speculative ? std::vector<int64_t>{} : o.prompt_lengths;
-  if (!prefill_lengths.empty()) {
-    const int64_t warm_tokens = std::min(*std::max_element(prefill_lengths.begin(), prefill_lengths.end()), o.chunk);
-    const std::vector<int32_t> warm_prompt = random_prompt(warm_tokens, info.vocab_size, 0x5eed);
-    auto warm = bench.prefill(warm_prompt, Plan::kBoundedReplay, nullptr);
-    if (!warm.ok()) return fail(warm.error());
-    lap("prefill warm-up");
-  }
   int64_t kv_bytes_longest = 0, kv_positions_longest = 0;
   for (int64_t n : prefill_lengths) {
     const std::vector<int32_t> prompt = random_prompt(n, info.vocab_size, static_cast<uint32_t>(n));
