@@ -335,7 +335,9 @@ void run_repack(benchmark::State& state, LinearShape shape, int threads) {
   std::vector<uint8_t> from(static_cast<size_t>(bytes)), to(from.size());
   // FP8: normal codes only (no NaN, no subnormal), as in most blocks of real weights, so the checks scan every code.
   std::mt19937 rng(3);
-  for (auto& b : from) b = fp8 ? static_cast<uint8_t>((rng() % 0x77 + 8) | rng() % 2 * 0x80) : static_cast<uint8_t>(rng());
+  for (auto& b : from) {
+    b = fp8 ? static_cast<uint8_t>((rng() % 0x77 + 8) | rng() % 2 * 0x80) : static_cast<uint8_t>(rng());
+  }
   std::vector<uint8_t> scales(static_cast<size_t>(shape.out * (shape.in / 32)), 127), scales_to(scales.size());
   std::vector<uint8_t> plain(static_cast<size_t>(fp8_plain_code_block_count(shape.out, shape.in)));
   for (auto _ : state) {
@@ -347,7 +349,8 @@ void run_repack(benchmark::State& state, LinearShape shape, int threads) {
     }
     benchmark::ClobberMemory();
   }
-  state.counters["GBps"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GBps"] =
+      benchmark::Counter(static_cast<double>(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void register_all(int threads) {
