@@ -76,20 +76,27 @@ bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
 }
 
 namespace {
-// One tile: 16 row-major rows of packed codes from `rows` -> the tile's tile-major bytes.
+// One tile: 16 row-major rows of packed codes from `rows` -> the tile's tile-major bytes, 4 KB of the tile at a time
+// (64 vectors, in L1) as the FP8 copy does.
 void repack_fp4_tile(const uint8_t* rows, int64_t in, uint8_t* tile) {
   const int64_t row_bytes = in / 2;
-  for (int64_t i = 0; i < kTileMajorOutputs; ++i) {
-    const uint8_t* row = rows + i * row_bytes;
-    for (int64_t v = 0; v < in / 8; ++v) {
-      // Bytes 4v..4v+3 hold k = 8v + 2q (low nibble) and 8v + 2q + 1 (high nibble), q = 0..3; word s of lane
-      // i gets the codes of k%2 == s, nibble q = k%8 / 2.
-      uint16_t words[2] = {0, 0};
-      for (int q = 0; q < 4; ++q) {
-        words[0] = static_cast<uint16_t>(words[0] | (row[4 * v + q] & 0xf) << (4 * q));
-        words[1] = static_cast<uint16_t>(words[1] | (row[4 * v + q] >> 4) << (4 * q));
+  constexpr int64_t kChunkVectors = 64;
+  for (int64_t v0 = 0; v0 < in / 8; v0 += kChunkVectors) {
+    const int64_t v1 = std::min(in / 8, v0 + kChunkVectors);
+    for (int64_t i = 0; i < kTileMajorOutputs; ++i) {
+      const uint8_t* row = rows + i * row_bytes;
+      for (int64_t v = v0; v < v1; ++v) {
+        // Bytes 4v..4v+3 hold k = 8v + 2q (low nibble) and 8v + 2q + 1 (high nibble), q = 0..3; word s of lane
+        // i gets the codes of k%2 == s, nibble q = k%8 / 2: the low (high) nibbles of the 4 bytes, in byte order.
+        uint32_t bytes;
+        std::memcpy(&bytes, row + 4 * v, 4);
+        auto nibbles_in_order = [](uint32_t n) {  // n: a nibble in the low half of each byte
+          const uint32_t pairs = n | n >> 4;     // bytes 0 and 2 now hold nibbles (0, 1) and (2, 3)
+          return static_cast<uint16_t>((pairs & 0xff) | (pairs >> 8 & 0xff00));
+        };
+        const uint16_t words[2] = {nibbles_in_order(bytes & 0x0f0f0f0fu), nibbles_in_order(bytes >> 4 & 0x0f0f0f0fu)};
+        std::memcpy(tile + v * kTileMajorVectorBytes + 4 * i, words, 4);
       }
-      std::memcpy(tile + v * kTileMajorVectorBytes + 4 * i, words, 4);
     }
   }
 }

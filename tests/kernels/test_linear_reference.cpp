@@ -319,8 +319,11 @@ TEST(TileMajor, Fp8PlainCodeBlocksMarkTheBlocksWithoutSubnormalOrNanCodes) {
 
 // Every code and FP4 scale lands at its documented place (kernels/linear.h), the block accessors give back the
 // row-major block, and the layout is possible only on whole tiles and blocks.
-TEST(TileMajor, RepackPutsEveryCodeAtItsOffset) {
-  const int64_t out = 48, in = 192;
+// The copies write a tile in chunks of 64 vectors (kernels/linear_dispatch.cpp): in = 192 fits one chunk, 1056 spans
+// several and a partial one, for the FP8 codes (264 vectors) and the MXFP4 ones (132).
+void expect_repack_puts_every_code_at_its_offset(int64_t in) {
+  SCOPED_TRACE("in " + std::to_string(in));
+  const int64_t out = 48;
   std::mt19937 rng(5);
   std::vector<uint8_t> codes(static_cast<size_t>(out * in)), packed(static_cast<size_t>(out * in / 2));
   for (auto& b : codes) b = static_cast<uint8_t>(rng());
@@ -373,6 +376,11 @@ TEST(TileMajor, RepackPutsEveryCodeAtItsOffset) {
       EXPECT_TRUE(repack_fp8_tile_major(one_nan.data(), out, in, on_pool.data())) << at;
       EXPECT_TRUE(repack_fp8_tile_major(one_nan.data(), out, in, on_pool.data(), &pool)) << at;
     }
+}
+
+TEST(TileMajor, RepackPutsEveryCodeAtItsOffset) {
+  for (const int64_t in : {192, 1056}) expect_repack_puts_every_code_at_its_offset(in);
+  const int64_t out = 48, in = 192;
   // Output 17, k 65: tile 1, vector 16, lane group 0, k%4 = 1 -> byte 8 * 0 + 2 * 1 + 1 of that vector.
   EXPECT_EQ(fp8_tile_major_offset(17, 65, in), 16 * in + 16 * 64 + 2 + 1);
   // Output 17, k 13: tile 1, vector 1, word 2 * 1 + 1, nibble 2 -> the high byte of that word, low nibble.
