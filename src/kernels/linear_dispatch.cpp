@@ -33,6 +33,11 @@ void for_each_tile(int64_t out, ThreadPool* pool, const Tile& tile) {
   if (pool != nullptr) pool->parallel_for_nodes(num_tiles, tiles);
   else tiles(0, num_tiles, 0);
 }
+
+// The copies go over a tile 64 vectors (4 KB) at a time, which stay in L1 while they take the 16 rows in turn, each
+// row's bytes read in runs. (Row by row over the whole tile, and with their old checks / nibble loops, the FP8
+// copies were 2.3-3.1x and the MXFP4 ones 1.3x slower: bench_linear repack/.)
+constexpr int64_t kRepackChunkVectors = 64;
 }  // namespace
 
 bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, uint8_t* tile_major, ThreadPool* pool,
@@ -42,11 +47,9 @@ bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
   for_each_tile(out, pool, [&](int64_t t) {
     const uint8_t* rows = row_major + t * kTileMajorOutputs * in;
     uint8_t* tile = tile_major + t * kTileMajorOutputs * in;
-    // 4 KB of the tile at a time (64 vectors, in L1), row by row (256 consecutive bytes of each): a row's 4 codes
-    // of vector v go to its lane, k%4 = 0,1 at +0,+1 and 2,3 at +8,+9.
-    constexpr int64_t kChunkVectors = 64;
-    for (int64_t v0 = 0; v0 < in / 4; v0 += kChunkVectors) {
-      const int64_t v1 = std::min(in / 4, v0 + kChunkVectors);
+    // A row's 4 codes of vector v go to its lane, k%4 = 0,1 at +0,+1 and 2,3 at +8,+9.
+    for (int64_t v0 = 0; v0 < in / 4; v0 += kRepackChunkVectors) {
+      const int64_t v1 = std::min(in / 4, v0 + kRepackChunkVectors);
       for (int64_t i = 0; i < kTileMajorOutputs; ++i) {
         const uint8_t* row = rows + i * in;
         uint8_t* lane = tile + 16 * (i / 4) + 2 * (i % 4);
@@ -57,8 +60,7 @@ bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
       }
     }
     // The tile just written is still in cache. Each block in one pass without early exits, so that it vectorises
-    // (byte-by-byte loops with exits, which typical weights, with no NaN and few subnormal codes, never take, and
-    // the copy row by row over the whole tile made the copy 2.3-3.1x slower: bench_linear repack/).
+    // (typical weights, with no NaN and few subnormal codes, never took the exits of byte-by-byte loops).
     bool any_nan = false;
     for (int64_t b = 0; b < kb; ++b) {
       const uint8_t* block = tile + b * block_bytes;
@@ -76,13 +78,11 @@ bool repack_fp8_tile_major(const uint8_t* row_major, int64_t out, int64_t in, ui
 }
 
 namespace {
-// One tile: 16 row-major rows of packed codes from `rows` -> the tile's tile-major bytes, 4 KB of the tile at a time
-// (64 vectors, in L1) as the FP8 copy does.
+// One tile: 16 row-major rows of packed codes from `rows` -> the tile's tile-major bytes.
 void repack_fp4_tile(const uint8_t* rows, int64_t in, uint8_t* tile) {
   const int64_t row_bytes = in / 2;
-  constexpr int64_t kChunkVectors = 64;
-  for (int64_t v0 = 0; v0 < in / 8; v0 += kChunkVectors) {
-    const int64_t v1 = std::min(in / 8, v0 + kChunkVectors);
+  for (int64_t v0 = 0; v0 < in / 8; v0 += kRepackChunkVectors) {
+    const int64_t v1 = std::min(in / 8, v0 + kRepackChunkVectors);
     for (int64_t i = 0; i < kTileMajorOutputs; ++i) {
       const uint8_t* row = rows + i * row_bytes;
       for (int64_t v = v0; v < v1; ++v) {
