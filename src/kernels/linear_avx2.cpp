@@ -8,7 +8,12 @@
 // - more rows (gemm_tiles, here): weights widened once per chunk into lanes [block][k][48 outputs] fp32 (bytes
 //   transposed, then through the fp16 converter: an e4m3 code's magnitude bits shifted into an fp16 word give the
 //   value times 2^-8 exactly, subnormals included; e2m1 values are fp16 words from a 16-entry table of high bytes),
-//   then each block summed down k from 0 as the reference does, every product exact.
+//   then each block summed down k from 0 as the reference does, every product exact. Where the scales allow
+//   (scales_keep_scaled_sums_exact) the activations come times their block scales and the lanes times theirs, so
+//   that a block's sum already is (partial * sa) * sw, with no multiply per block to take FMA slots. With the
+//   running sums kept apart from y (gemm_tiles), bench_linear --threads=2 rows:256 (Zen 3, 3 alternations, minima
+//   of 5): wo_b_fp8_tiled 166 -> 148 ms, wq_b 148 -> 136, w13_mxfp4 83 -> 80, w2 44 -> 40; wo_b on 1 thread 317-325
+//   -> 295-298 with the sums apart alone, 278-296 with both.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -36,7 +41,7 @@ namespace {
 constexpr int kLaneTiles = 6;         // tiles at a time
 constexpr int kLaneWidth = kLaneTiles * kTile;  // outputs per k in lanes
 constexpr int kLaneChunkBlocks = 8;   // 8 blocks x 32 k x 48 outputs fp32 = 48 KB of lanes
-constexpr int kLaneRows = 2;          // rows at a time
+constexpr int kLaneRows = 2;          // rows at a time (the one left over runs alone)
 constexpr int64_t kPrefillRowBlock = 256;  // rows per pass over the weights in prefill (run_block_gemm)
 
 // 16 FP8 codes, k and k + 1 of 8 outputs (bytes 0-7: k, 8-15: k + 1, output order) -> values[0] (k) and values[1]
@@ -55,21 +60,21 @@ inline void fp8_pair_values(__m128i codes, __m256 (&values)[2]) {
   }
 }
 
-// The same into lanes rows k and k + 1 (the next row is kLaneWidth floats on).
+// The same times `scale` (see weights_to_lanes) into lanes rows k and k + 1 (the next row is kLaneWidth floats on).
 template <bool kNanCodes>
-inline void fp8_pair_to_lanes(__m128i codes, float* lanes) {
+inline void fp8_pair_to_lanes(__m128i codes, __m256 scale, float* lanes) {
   __m256 values[2];
   fp8_pair_values<kNanCodes>(codes, values);
-  _mm256_store_ps(lanes, values[0]);
-  _mm256_store_ps(lanes + kLaneWidth, values[1]);
+  _mm256_store_ps(lanes, _mm256_mul_ps(values[0], scale));
+  _mm256_store_ps(lanes + kLaneWidth, _mm256_mul_ps(values[1], scale));
 }
 
 // 8 outputs' 32 e4m3 codes of one FP8 block in k order -> lanes [32 k][kLaneWidth] fp32, this tile's 8 columns,
-// value * 2^-8. The bytes are transposed 8 x 8 first, so each k's 8 outputs convert as one vector of fp16 words
+// value * 2^-8 * scale. The bytes are transposed 8 x 8 first, so each k's 8 outputs convert as one vector of fp16 words
 // (e4m3_fp16_words): an eighth of the data moved by transposing fp32, and no lane crossing. kNanCodes also turns
 // the NaN codes (0x7f / 0xff, all 7 magnitude bits set) into fp16 NaNs.
 template <bool kNanCodes>
-inline void fp8_block_to_lanes(const uint8_t* const* codes, float* lanes) {
+inline void fp8_block_to_lanes(const uint8_t* const* codes, __m256 scale, float* lanes) {
   for (int q = 0; q < 4; ++q) {  // k 8q .. 8q + 7
     __m128i r[kTile];
     for (int i = 0; i < kTile; ++i) r[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes[i] + 8 * q));
@@ -80,7 +85,7 @@ inline void fp8_block_to_lanes(const uint8_t* const* codes, float* lanes) {
     // k pairs (2j, 2j + 1) of the 8: 8 outputs' bytes each
     const __m128i pairs[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2), _mm_unpacklo_epi32(b1, b3),
                               _mm_unpackhi_epi32(b1, b3)};
-    for (int j = 0; j < 4; ++j) fp8_pair_to_lanes<kNanCodes>(pairs[j], lanes + (8 * q + 2 * j) * kLaneWidth);
+    for (int j = 0; j < 4; ++j) fp8_pair_to_lanes<kNanCodes>(pairs[j], scale, lanes + (8 * q + 2 * j) * kLaneWidth);
   }
 }
 
@@ -100,21 +105,21 @@ inline Fp8KPairs fp8_tile_major_k_pairs(const uint8_t* half) {
 }
 
 // Outputs 8h .. 8h + 7 of a tile-major FP8 tile, one block -> lanes [32 k][kLaneWidth], this tile's 8 columns,
-// value * 2^-8. `codes`: the block's first byte plus 32h.
+// value * 2^-8 * scale. `codes`: the block's first byte plus 32h.
 template <bool kNanCodes>
-inline void fp8_tile_major_block_to_lanes(const uint8_t* codes, float* lanes) {
+inline void fp8_tile_major_block_to_lanes(const uint8_t* codes, __m256 scale, float* lanes) {
   for (int v = 0; v < 8; ++v) {
     const Fp8KPairs k = fp8_tile_major_k_pairs(codes + kTileMajorVectorBytes * v);
-    fp8_pair_to_lanes<kNanCodes>(k.first, lanes + (4 * v) * kLaneWidth);
-    fp8_pair_to_lanes<kNanCodes>(k.second, lanes + (4 * v + 2) * kLaneWidth);
+    fp8_pair_to_lanes<kNanCodes>(k.first, scale, lanes + (4 * v) * kLaneWidth);
+    fp8_pair_to_lanes<kNanCodes>(k.second, scale, lanes + (4 * v + 2) * kLaneWidth);
   }
 }
 
 // 8 outputs' 16 packed bytes of one MXFP4 block (byte j: k = 2j in the low nibble, 2j + 1 in the high one) -> lanes
-// [32 k][kLaneWidth] fp32, this tile's 8 columns. The packed bytes are transposed first (8 x 16, in registers), so
-// that each vector holds bytes j = 2m and 2m + 1 of the 8 outputs; the nibbles then become the fp16 high bytes of
-// k = 4m .. 4m + 3 through one 16-entry table, for the whole tile at once.
-inline void fp4_block_to_lanes(const uint8_t* const* packed, __m128i fp16_table, float* lanes) {
+// [32 k][kLaneWidth] fp32, this tile's 8 columns, value * scale. The packed bytes are transposed first (8 x 16, in
+// registers), so that each vector holds bytes j = 2m and 2m + 1 of the 8 outputs; the nibbles then become the fp16
+// high bytes of k = 4m .. 4m + 3 through one 16-entry table, for the whole tile at once.
+inline void fp4_block_to_lanes(const uint8_t* const* packed, __m128i fp16_table, __m256 scale, float* lanes) {
   const __m128i nibble = _mm_set1_epi8(0x0f), zero = _mm_setzero_si128();
   __m128i r[kTile];
   for (int i = 0; i < kTile; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[i]));
@@ -134,21 +139,21 @@ inline void fp4_block_to_lanes(const uint8_t* const* packed, __m128i fp16_table,
         const int j = 8 * h + 4 * half + 2 * e;  // bytes j, j + 1 of the 8 outputs
         const __m128i low = _mm_shuffle_epi8(fp16_table, _mm_and_si128(bytes[e], nibble));
         const __m128i high = _mm_shuffle_epi8(fp16_table, _mm_and_si128(_mm_srli_epi16(bytes[e], 4), nibble));
-        _mm256_store_ps(lanes + (2 * j) * kLaneWidth, _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, low)));
-        _mm256_store_ps(lanes + (2 * j + 1) * kLaneWidth, _mm256_cvtph_ps(_mm_unpacklo_epi8(zero, high)));
-        _mm256_store_ps(lanes + (2 * j + 2) * kLaneWidth, _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, low)));
-        _mm256_store_ps(lanes + (2 * j + 3) * kLaneWidth, _mm256_cvtph_ps(_mm_unpackhi_epi8(zero, high)));
+        const __m128i words[4] = {_mm_unpacklo_epi8(zero, low), _mm_unpacklo_epi8(zero, high),
+                                  _mm_unpackhi_epi8(zero, low), _mm_unpackhi_epi8(zero, high)};
+        for (int i = 0; i < 4; ++i)
+          _mm256_store_ps(lanes + (2 * j + i) * kLaneWidth, _mm256_mul_ps(_mm256_cvtph_ps(words[i]), scale));
       }
     }
   }
 }
 
 // Outputs 8h .. 8h + 7 of a tile-major MXFP4 tile (kernels/linear.h), one block -> lanes [32 k][kLaneWidth] fp32,
-// this tile's 8 columns. `half`: the block's first byte plus 32h. In each 64-byte vector output i's 8 k sit in dword
-// i: its low nibbles k 0 4 1 5, its high ones k 2 6 3 7 (bytes 0-3). Both nibble sets become fp16 high bytes through
-// one 16-entry table; then per 128-bit lane one byte shuffle gathers bytes j and j + 1 of its 4 outputs as fp16
-// words (words 0-3 and 4-7), and a qword permute puts each k's 8 outputs in one half, for F16C.
-inline void fp4_tile_major_block_to_lanes(const uint8_t* half, __m256i fp16_table, float* lanes) {
+// this tile's 8 columns, value * scale. `half`: the block's first byte plus 32h. In each 64-byte vector output i's
+// 8 k sit in dword i: its low nibbles k 0 4 1 5, its high ones k 2 6 3 7 (bytes 0-3). Both nibble sets become fp16
+// high bytes through one 16-entry table; then per 128-bit lane one byte shuffle gathers bytes j and j + 1 of its 4
+// outputs as fp16 words (words 0-3 and 4-7), and a qword permute puts each k's 8 outputs in one half, for F16C.
+inline void fp4_tile_major_block_to_lanes(const uint8_t* half, __m256i fp16_table, __m256 scale, float* lanes) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   const __m256i bytes_01 = _mm256_setr_epi8(-1, 0, -1, 4, -1, 8, -1, 12, -1, 1, -1, 5, -1, 9, -1, 13,  //
                                             -1, 0, -1, 4, -1, 8, -1, 12, -1, 1, -1, 5, -1, 9, -1, 13);
@@ -163,16 +168,18 @@ inline void fp4_tile_major_block_to_lanes(const uint8_t* half, __m256i fp16_tabl
         const __m256i words =
             _mm256_permute4x64_epi64(_mm256_shuffle_epi8(sets[set], pair == 0 ? bytes_01 : bytes_23), 0xD8);
         const int k = 8 * v + 2 * set + pair;
-        _mm256_store_ps(lanes + k * kLaneWidth, _mm256_cvtph_ps(_mm256_castsi256_si128(words)));
-        _mm256_store_ps(lanes + (k + 4) * kLaneWidth, _mm256_cvtph_ps(_mm256_extracti128_si256(words, 1)));
+        _mm256_store_ps(lanes + k * kLaneWidth, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(words)), scale));
+        _mm256_store_ps(lanes + (k + 4) * kLaneWidth,
+                        _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(words, 1)), scale));
       }
   }
 }
 
 // The weights of NT tiles from output o0 (n of them real; the rest repeat the last) for blocks [b0, b1): lanes
-// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8), scales sw [b1 - b0][kLaneWidth]. Every block is read in place,
-// in either weight order: calling the out-of-line gather helpers (fp8_block_codes, fp4_block_packed) for every
-// output and block cost about a fifth of a 16-row FP8 GEMM (bench_linear avx2 rows:16, 1 thread).
+// [b1 - b0][32][kLaneWidth] (FP8 as value * 2^-8; with g.act_times_scales each value times its scale instead),
+// scales sw [b1 - b0][kLaneWidth]. Every block is read in place, in either weight order: calling the out-of-line
+// gather helpers (fp8_block_codes, fp4_block_packed) for every output and block cost about a fifth of a 16-row FP8
+// GEMM (bench_linear avx2 rows:16, 1 thread).
 template <bool kFp4, int NT>
 void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t b1, float* lanes, float* sw) {
   const LinearDecodeTables& dt = linear_decode_tables();
@@ -180,6 +187,7 @@ void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t 
   const __m128i fp16_table = _mm_load_si128(reinterpret_cast<const __m128i*>(fp4_byte_tables().fp16_high));
   const __m256i fp16_table_both = _mm256_broadcastsi128_si256(fp16_table);
   const __m256i magnitude_bits = _mm256_set1_epi8(0x7f);
+  const __m256 one = _mm256_set1_ps(1.0f), unscale = _mm256_set1_ps(kFp4 ? 1.0f : 256.0f);
   for (int t = 0; t < NT; ++t) {
     if (!kFp4 && g.tile_major) {
       // Whole tiles of 8 (tile-major weights have a multiple of 16 outputs): half (o / 8) % 2 of a 16-output tile.
@@ -193,12 +201,13 @@ void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t 
                                                                   codes + kTileMajorVectorBytes * v)),
                                                               magnitude_bits));
         float* tile_lanes = lanes + (b - b0) * 32 * kLaneWidth + kTile * t;
-        if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(largest, magnitude_bits)) != 0)
-          fp8_tile_major_block_to_lanes<true>(codes, tile_lanes);
-        else
-          fp8_tile_major_block_to_lanes<false>(codes, tile_lanes);
         const float scale = dt.e8m0_f32[g.w_scales[(o / 32) * g.kb + b]];  // one per 32 x 32 block
         _mm256_store_ps(sw + (b - b0) * kLaneWidth + kTile * t, _mm256_set1_ps(scale));
+        const __m256 lane_scale = g.act_times_scales ? _mm256_set1_ps(256.0f * scale) : one;
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(largest, magnitude_bits)) != 0)
+          fp8_tile_major_block_to_lanes<true>(codes, lane_scale, tile_lanes);
+        else
+          fp8_tile_major_block_to_lanes<false>(codes, lane_scale, tile_lanes);
       }
       continue;
     }
@@ -207,10 +216,11 @@ void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t 
       const uint8_t* tile_packed = g.w + (o - o % kTileMajorOutputs) * (g.in / 2) + 32 * h;
       const uint8_t* tile_scales = g.w_scales + (o - o % kTileMajorOutputs) * g.kb + kTile * h;
       for (int64_t b = b0; b < b1; ++b) {
+        float* scales = sw + (b - b0) * kLaneWidth + kTile * t;
+        for (int i = 0; i < kTile; ++i) scales[i] = dt.e8m0_f32[tile_scales[kTileMajorOutputs * b + i]];
         fp4_tile_major_block_to_lanes(tile_packed + b * 16 * kTileMajorOutputs, fp16_table_both,
+                                      g.act_times_scales ? _mm256_load_ps(scales) : one,
                                       lanes + (b - b0) * 32 * kLaneWidth + kTile * t);
-        for (int i = 0; i < kTile; ++i)
-          sw[(b - b0) * kLaneWidth + kTile * t + i] = dt.e8m0_f32[tile_scales[kTileMajorOutputs * b + i]];
       }
       continue;
     }
@@ -233,32 +243,30 @@ void weights_to_lanes(const GemmArgs& g, int64_t o0, int n, int64_t b0, int64_t 
         }
       }
       float* tile_lanes = lanes + (b - b0) * 32 * kLaneWidth + kTile * t;
+      const __m256 lane_scale = g.act_times_scales ? _mm256_mul_ps(_mm256_load_ps(scales), unscale) : one;
       if constexpr (kFp4) {
-        fp4_block_to_lanes(bytes, fp16_table, tile_lanes);
+        fp4_block_to_lanes(bytes, fp16_table, lane_scale, tile_lanes);
       } else if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(largest, magnitude_bits)) != 0) {
-        fp8_block_to_lanes<true>(bytes, tile_lanes);
+        fp8_block_to_lanes<true>(bytes, lane_scale, tile_lanes);
       } else {
-        fp8_block_to_lanes<false>(bytes, tile_lanes);
+        fp8_block_to_lanes<false>(bytes, lane_scale, tile_lanes);
       }
     }
   }
 }
 
-// RB rows from `row` by NT tiles from o0, blocks [b0, b1) of lanes: y [rows, out] += each block's
-// (partial * sa) * sw, in K order. first: y starts from 0 (the first chunk).
-template <bool kFp4, int RB, int NT>
+// RB rows from `row` by NT tiles from o0, blocks [b0, b1) of lanes: each block's (partial * sa) * sw added in K
+// order to the rows' running sums `sums` [RB][kLaneWidth] fp32 (first: they start from 0). last: the sums go to
+// y [rows, out] (n outputs of the tiles real) instead of back to `sums`.
+template <bool kFp4, int RB, int NT, bool kScaled>
 void lane_rows(const GemmArgs& g, int64_t row, int64_t o0, int n, int64_t b0, int64_t b1, const float* lanes,
-               const float* sw, bool first) {
+               const float* sw, float* sums, bool first, bool last) {
   const LinearDecodeTables& dt = linear_decode_tables();
   const __m256 unscale = _mm256_set1_ps(kFp4 ? 1.0f : 256.0f);
   __m256 y[RB][NT];
   for (int r = 0; r < RB; ++r)
-    for (int t = 0; t < NT; ++t) {
-      const float* yr = g.y + (row + r) * g.out + o0 + kTile * t;
-      const int valid = std::clamp(n - kTile * t, 0, kTile);
-      y[r][t] = first ? _mm256_setzero_ps()
-                      : valid == kTile ? _mm256_loadu_ps(yr) : _mm256_maskload_ps(yr, lane_mask(valid));
-    }
+    for (int t = 0; t < NT; ++t)
+      y[r][t] = first ? _mm256_setzero_ps() : _mm256_load_ps(sums + r * kLaneWidth + kTile * t);
   for (int64_t b = b0; b < b1; ++b) {
     __m256 acc[RB][NT];
     for (int r = 0; r < RB; ++r)
@@ -279,6 +287,10 @@ void lane_rows(const GemmArgs& g, int64_t row, int64_t o0, int n, int64_t b0, in
       }
     }
     for (int r = 0; r < RB; ++r) {
+      if constexpr (kScaled) {  // the block's sum already is (partial * sa) * sw (GemmArgs::act_times_scales)
+        for (int t = 0; t < NT; ++t) y[r][t] = _mm256_add_ps(y[r][t], acc[r][t]);
+        continue;
+      }
       const __m256 sa = _mm256_set1_ps(dt.e8m0_f32[g.act_scales[(row + r) * g.kb + b]]);
       for (int t = 0; t < NT; ++t)
         y[r][t] = _mm256_add_ps(y[r][t], _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(acc[r][t], unscale), sa),
@@ -287,6 +299,10 @@ void lane_rows(const GemmArgs& g, int64_t row, int64_t o0, int n, int64_t b0, in
   }
   for (int r = 0; r < RB; ++r)
     for (int t = 0; t < NT; ++t) {
+      if (!last) {
+        _mm256_store_ps(sums + r * kLaneWidth + kTile * t, y[r][t]);
+        continue;
+      }
       float* yr = g.y + (row + r) * g.out + o0 + kTile * t;
       const int valid = std::clamp(n - kTile * t, 0, kTile);
       if (valid == kTile) _mm256_storeu_ps(yr, y[r][t]);
@@ -300,19 +316,28 @@ template <bool kFp4>
 void gemm_tiles(const GemmArgs& g, int64_t tile_begin, int64_t tile_end) {
   alignas(32) float lanes[kLaneChunkBlocks * 32 * kLaneWidth];
   alignas(32) float sw[kLaneChunkBlocks * kLaneWidth];
+  // The running sums of up to kPrefillRowBlock rows of a tile group between chunks, [rows][kLaneWidth] fp32 (48 KB),
+  // kept contiguous: y's rows lie out floats apart (20 KB at out = 5120), where 256 of them share a few cache sets.
+  alignas(32) float sums[kPrefillRowBlock * kLaneWidth];
   auto tiles = [&]<int NT>(int64_t tile) {
     const int64_t o0 = tile * kTile;
     const int n = static_cast<int>(std::min<int64_t>(kTile * NT, g.out - o0));
-    for (int64_t b0 = 0; b0 < g.kb; b0 += kLaneChunkBlocks) {
-      const int64_t b1 = std::min(g.kb, b0 + kLaneChunkBlocks);
-      weights_to_lanes<kFp4, NT>(g, o0, n, b0, b1, lanes, sw);
-      int64_t r = 0;
-      for (; r + kLaneRows <= g.rows; r += kLaneRows)
-        lane_rows<kFp4, kLaneRows, NT>(g, r, o0, n, b0, b1, lanes, sw, b0 == 0);
-      switch (g.rows - r) {
-        case 1: lane_rows<kFp4, 1, NT>(g, r, o0, n, b0, b1, lanes, sw, b0 == 0); break;
-        case 2: lane_rows<kFp4, 2, NT>(g, r, o0, n, b0, b1, lanes, sw, b0 == 0); break;
-        default: break;
+    for (int64_t r0 = 0; r0 < g.rows; r0 += kPrefillRowBlock) {
+      const int64_t r1 = std::min(g.rows, r0 + kPrefillRowBlock);
+      for (int64_t b0 = 0; b0 < g.kb; b0 += kLaneChunkBlocks) {
+        const int64_t b1 = std::min(g.kb, b0 + kLaneChunkBlocks);
+        const bool first = b0 == 0, last = b1 == g.kb;
+        weights_to_lanes<kFp4, NT>(g, o0, n, b0, b1, lanes, sw);
+        auto rows = [&]<bool kScaled>() {
+          int64_t r = r0;
+          for (; r + kLaneRows <= r1; r += kLaneRows)
+            lane_rows<kFp4, kLaneRows, NT, kScaled>(g, r, o0, n, b0, b1, lanes, sw, sums + (r - r0) * kLaneWidth,
+                                                     first, last);
+          if (r < r1)
+            lane_rows<kFp4, 1, NT, kScaled>(g, r, o0, n, b0, b1, lanes, sw, sums + (r - r0) * kLaneWidth, first, last);
+        };
+        if (g.act_times_scales) rows.template operator()<true>();
+        else rows.template operator()<false>();
       }
     }
   };
@@ -332,19 +357,22 @@ namespace {
 
 using namespace avx2;
 
-// Activation codes [rows, k] e4m3 -> fp32 values [rows, k] times `scale` (a power of two up to 2^64: exact), in
-// `scratch`: 16 codes at a time through fp8_pair_values (x.k is a multiple of 32), any 16 with a NaN code from the
-// table. (The table lookup per code had taken a fifth of a one-row FP8 GEMM of 64 x 8192 from the caches.)
-std::span<float> widen_activations(const Fp8Activations& x, ThreadScratch& scratch, float scale = 1.0f) {
+// Activation codes [rows, k] e4m3 -> fp32 values [rows, k] times `scale` (a power of two up to 2^64: exact), with
+// times_block_scales also times each block's ue8m0 scale (exact where scales_keep_scaled_sums_exact), in `scratch`:
+// 16 codes at a time through fp8_pair_values (x.k is a multiple of 32), any 16 with a NaN code from the table. (The
+// table lookup per code had taken a fifth of a one-row FP8 GEMM of 64 x 8192 from the caches.)
+std::span<float> widen_activations(const Fp8Activations& x, ThreadScratch& scratch, float scale = 1.0f,
+                                   bool times_block_scales = false) {
   const LinearDecodeTables& t = linear_decode_tables();
   const int64_t n = x.rows * x.k;
   float* out = scratch.take<float>(static_cast<size_t>(n)).data();
   const __m128i magnitude_bits = _mm_set1_epi8(0x7f);
-  const __m256 unscale = _mm256_set1_ps(256.0f * scale);
   for (int64_t i = 0; i < n; i += 16) {
+    const float s = times_block_scales ? scale * t.e8m0_f32[x.scales[i / 32]] : scale;
+    const __m256 unscale = _mm256_set1_ps(256.0f * s);
     const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.codes + i));
     if (_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(codes, magnitude_bits), magnitude_bits)) != 0) {
-      for (int64_t j = i; j < i + 16; ++j) out[j] = t.e4m3_f32[x.codes[j]] * scale;
+      for (int64_t j = i; j < i + 16; ++j) out[j] = t.e4m3_f32[x.codes[j]] * s;
       continue;
     }
     __m256 values[2];
@@ -353,6 +381,22 @@ std::span<float> widen_activations(const Fp8Activations& x, ThreadScratch& scrat
     _mm256_storeu_ps(out + i + 8, _mm256_mul_ps(values[1], unscale));
   }
   return {out, static_cast<size_t>(n)};
+}
+
+// Whether the n ue8m0 scales all lie in [2^-50, 2^50] (bytes 77 .. 177), where gemm_tiles may fold them into its
+// operands (GemmArgs::act_times_scales) and keep the reference's bits. With e4m3 activations x and FP8 or MXFP4
+// weights w, every nonzero |x w| lies in [2^-18, 2^18), so every partial sum of a block is a multiple of 2^-18 (fp32
+// rounds such sums to multiples of 2^-18 again) of magnitude 0 or in [2^-18, 2^23]. Times sa sw in [2^-100, 2^100]
+// (or times sa alone, the reference's intermediate) no product or sum leaves fp32's normal range, where scaling by a
+// power of two commutes with rounding: the sum of the scaled operands is the reference's (partial * sa) * sw bit for
+// bit. Real scales lie near 2^-20 .. 2^0; any other (0xff, NaN, included) keeps the scales apart.
+bool scales_keep_scaled_sums_exact(const uint8_t* scales, int64_t n) {
+  uint8_t lowest = 0xff, highest = 0;
+  for (int64_t i = 0; i < n; ++i) {  // (vectorised by the compiler: byte min / max)
+    lowest = std::min(lowest, scales[i]);
+    highest = std::max(highest, scales[i]);
+  }
+  return lowest >= 127 - 50 && highest <= 127 + 50;
 }
 
 // fp32 activations x [n] (n a multiple of 8) -> out [n] = x times kFp8DecodeActScale, where every nonzero |x| lies
@@ -393,15 +437,23 @@ GemmArgs block_gemm_args(const float* act, const uint8_t* act_scales, int64_t ro
   return g;
 }
 
+// Whether run_block_gemm takes `rows` rows through gemm_tiles (given act_decode where it takes it).
+bool rows_take_lanes(bool fp4, int64_t rows, bool tile_major) {
+  if (fp4) return true;
+  return tile_major ? rows > kFp8PassMaxRows : rows > kDecodeMaxRows;
+}
+
 // act_decode: FP8 on tile-major weights, 1..kFp8PassMaxRows rows, act times kFp8DecodeActScale for the decode
-// kernels (GemmArgs::act_decode); null there: gemm_tiles.
+// kernels (GemmArgs::act_decode); null there: gemm_tiles. act_times_scales: GemmArgs::act_times_scales (rows that
+// take gemm_tiles only).
 template <bool kFp4>
 void run_block_gemm(const float* act, const uint8_t* act_scales, int64_t rows, const uint8_t* w,
                     const uint8_t* w_scales, int64_t out, int64_t in, bool tile_major, float* y, ThreadPool* pool,
-                    bool may_hold_nan = true, const float* act_decode = nullptr) {
+                    bool may_hold_nan = true, const float* act_decode = nullptr, bool act_times_scales = false) {
   if (rows <= 0 || out <= 0) return;
   GemmArgs g = block_gemm_args(act, act_scales, rows, w, w_scales, out, in, tile_major, y);
   g.may_hold_nan = may_hold_nan;
+  g.act_times_scales = act_times_scales;
   const int64_t tiles = (out + kTile - 1) / kTile;
   if (!kFp4 && tile_major && rows <= kFp8PassMaxRows && act_decode != nullptr) {
     g.act_decode = act_decode;
@@ -428,10 +480,14 @@ void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, Thread
   ThreadScratch scratch(pool);
   const bool decode = w.tile_major && x.rows <= kFp8PassMaxRows;
   const float* act_decode = decode ? widen_activations(x, scratch, kFp8DecodeActScale).data() : nullptr;
+  // The many-row path folds the scales into its operands where that keeps the bits (scales_keep_scaled_sums_exact).
+  const bool scaled = rows_take_lanes(false, x.rows, w.tile_major) &&
+                      scales_keep_scaled_sums_exact(x.scales, x.rows * (x.k / 32)) &&
+                      scales_keep_scaled_sums_exact(w.scales, (w.out + 31) / 32 * (w.in / 32));
   // The values themselves: the many-row path, and the decode's recomputation of a range that met a NaN code.
-  const float* act = !decode || w.may_hold_nan ? widen_activations(x, scratch).data() : nullptr;
+  const float* act = !decode || w.may_hold_nan ? widen_activations(x, scratch, 1.0f, scaled).data() : nullptr;
   run_block_gemm<false>(act, x.scales, x.rows, w.codes, w.scales, w.out, w.in, w.tile_major, y, pool,
-                        w.may_hold_nan, act_decode);
+                        w.may_hold_nan, act_decode, scaled);
 }
 
 void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, ThreadPool* pool) {
@@ -454,8 +510,11 @@ void fp4_gemm_avx2(const Fp8Activations& x, const Fp4Weight& w, float* y, Thread
     if (w.tile_major) return run_decode_tile_major<true>(g, pool);
     return run_decode_rows<true>(g, pool);
   }
-  const std::span<float> act = widen_activations(x, scratch);
-  run_block_gemm<true>(act.data(), x.scales, x.rows, w.packed, w.scales, w.out, w.in, w.tile_major, y, pool);
+  const bool scaled = scales_keep_scaled_sums_exact(x.scales, x.rows * (x.k / 32)) &&
+                      scales_keep_scaled_sums_exact(w.scales, w.out * (w.in / 32));
+  const std::span<float> act = widen_activations(x, scratch, 1.0f, scaled);
+  run_block_gemm<true>(act.data(), x.scales, x.rows, w.packed, w.scales, w.out, w.in, w.tile_major, y, pool, true,
+                       nullptr, scaled);
 }
 
 // The FP8 block GEMM on the fp32 activations themselves with unit activation scales: per block

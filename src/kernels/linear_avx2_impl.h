@@ -88,6 +88,10 @@ struct GemmArgs {
   bool tile_major = false;             // weight order (kernels/linear.h)
   bool may_hold_nan = true;            // FP8: Fp8Weight::may_hold_nan
   const float* act = nullptr;          // [rows, in] fp32 values
+  // gemm_tiles only: act holds each value times its block's act scale, and the lanes take each weight times its
+  // scale, so that every block's sum comes out as the reference's (partial * sa) * sw (exact where
+  // scales_keep_scaled_sums_exact says so); false: the scales multiply each block's sum.
+  bool act_times_scales = false;
   // FP8, tile-major weights, 1..kFp8PassMaxRows rows: act times kFp8DecodeActScale, where that keeps the decode's
   // bits (see above); null: those rows take gemm_tiles.
   const float* act_decode = nullptr;

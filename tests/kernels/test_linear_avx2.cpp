@@ -54,6 +54,41 @@ TEST(LinearAvx2, ManyRowsGiveTheReferenceBits) {
     }
 }
 
+// The many-row path folds the scales into its operands (activations times their block scales, the weights' lanes
+// times theirs) where every scale lies in [2^-50, 2^50], and keeps them apart otherwise (linear_avx2.cpp,
+// scales_keep_scaled_sums_exact): the reference's bits at both ends of that range, with all e4m3 magnitudes
+// (subnormal codes and 448 included), and beyond it, where folding would differ (a product times 2^-120 below
+// fp32's normal range, a partial sum times 2^120 overflowing where the reference's does not, or the reverse).
+TEST(LinearAvx2, FoldedScalesKeepTheReferenceBitsAtTheRangesEnds) {
+  const LinearKernels* k = linear_impl::avx2_kernels();
+  if (k == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(47);
+  ThreadPool pool(2);
+  const int64_t rows = 40, out = 48, in = 544;
+  struct Scales {
+    int act_lo, act_hi, w_lo, w_hi;
+  };
+  for (const Scales& s : {Scales{77, 77, 77, 77}, Scales{177, 177, 177, 177}, Scales{77, 177, 77, 177},
+                          Scales{76, 80, 120, 125}, Scales{120, 125, 175, 178}, Scales{7, 20, 110, 120},
+                          Scales{127, 127, 240, 250}, Scales{240, 250, 1, 10}})
+    for (const bool tiled : {false, true}) {
+      const auto x = test::random_fp8_acts(rng, rows, in, s.act_lo, s.act_hi);
+      const auto w8 = test::random_fp8_weight(rng, out, in, s.w_lo, s.w_hi);
+      const auto w4 = test::random_fp4_weight(rng, out, in, s.w_lo, s.w_hi);
+      const OrderedWeights w = in_order(w8, w4, tiled);
+      std::vector<float> got(static_cast<size_t>(rows * out)), ref(got.size());
+      const std::string where = "act scales " + std::to_string(s.act_lo) + ".." + std::to_string(s.act_hi) +
+                                ", weight scales " + std::to_string(s.w_lo) + ".." + std::to_string(s.w_hi) +
+                                (tiled ? ", tiled" : "");
+      k->fp8_gemm(x.view(), w.fp8(), got.data(), &pool);
+      reference_linear_kernels().fp8_gemm(x.view(), w8.view(), ref.data(), nullptr);
+      EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0) << "fp8 " << where;
+      k->fp4_gemm(x.view(), w.fp4(), got.data(), &pool);
+      reference_linear_kernels().fp4_gemm(x.view(), w4.view(), ref.data(), nullptr);
+      EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0) << "fp4 " << where;
+    }
+}
+
 // Tile-major weights take the decode kernels for more rows than one pass holds, in passes of 4 (FP8) or 2 (MXFP4)
 // rows over each pair of tiles, up to a count past which the many-row path takes them (linear_avx2_impl.h): the
 // reference's bits at every count on both sides of those limits and of a pass's size, over an odd number of tiles;
