@@ -131,6 +131,30 @@ TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
   }
 }
 
+// --no-exact: the prefill rows of the default plan only (its speed and peak fraction), none of the exact plan's.
+TEST(BenchCli, NoExactRunsTheDefaultPlanOnly) {
+  const std::string tokenizer = (fs::path(DSFLASH_SHARED_DIR) / "tokenizer" / "deepseek_v3_tokenizer.json").string();
+  if (!fs::exists(tokenizer)) GTEST_SKIP() << "no shared tokenizer";
+  std::random_device rd;
+  const fs::path dir = fs::temp_directory_path() / ("dsflash-bench-cli-" + std::to_string(rd()) + std::to_string(rd()));
+  const CliRun made = run_dsflash({"make-tiny", "--preset", "tiny", "-o", dir.string(), "--tokenizer", tokenizer});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const CliRun bench = run_dsflash({"bench", "-m", dir.string(), "-p", "16", "-n", "1", "-r", "1", "--batch", "1",
+                                    "--depth", "256", "--threads", "2", "--json", "--no-exact"});
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  const nlohmann::json j = nlohmann::json::parse(bench.out);
+  const nlohmann::json& p = j.at("prefill").at("16");
+  EXPECT_GT(p.at("tps_default").get<double>(), 0.0);
+  EXPECT_GT(p.at("peak_fraction").get<double>(), 0.0);
+  EXPECT_GT(j.at("prefill_tps_default").get<double>(), 0.0);
+  for (const char* key : {"tps_exact", "tps_exact_sd", "cost_ratio", "cost_ratio_sd"})
+    EXPECT_FALSE(p.contains(key)) << key;
+  EXPECT_FALSE(j.contains("prefill_tps_exact"));
+  EXPECT_FALSE(j.contains("prefill_cost_ratio"));
+}
+
 TEST(BenchCli, RejectsZeroDecodeStepsOrRepetitionsBeforeLoading) {
   // A run with no measured step has no figure to report: refused at the command line (the model path need not
   // exist, nothing is loaded).
