@@ -40,7 +40,12 @@ namespace {
 // on MXFP4.
 constexpr int kLaneTiles = 6;         // tiles at a time
 constexpr int kLaneWidth = kLaneTiles * kTile;  // outputs per k in lanes
-constexpr int kLaneChunkBlocks = 8;   // 8 blocks x 32 k x 48 outputs fp32 = 48 KB of lanes
+// 4 blocks x 32 k x 48 outputs fp32 = 24 KB of lanes, which each row pair reads whole: from L1 (32 KB); 48 KB came
+// from L2, at the FMA peak 32 bytes a cycle, all of a Zen 3's L2-to-L1 rate. With the scales folded and the sums
+// apart (see the top), bench_linear --threads=2 rows:256, 3 alternations, minima of 5: wo_b_fp8_tiled 148-155 ->
+// 142-145 ms, w2_mxfp4 40.2-40.9 -> 38.4-38.9 against 8 blocks; 2 blocks 149-150 / 40.1-41.0. (On the Zen 1 measured
+// above, before those two changes, 4 blocks had been no faster.)
+constexpr int kLaneChunkBlocks = 4;
 constexpr int kLaneRows = 2;          // rows at a time (the one left over runs alone)
 constexpr int64_t kPrefillRowBlock = 256;  // rows per pass over the weights in prefill (run_block_gemm)
 
