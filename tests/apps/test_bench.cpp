@@ -20,20 +20,33 @@ namespace fs = std::filesystem;
 using dsflash::testing::CliRun;
 using dsflash::testing::run_dsflash;
 
+fs::path shared_tokenizer() { return fs::path(DSFLASH_SHARED_DIR) / "tokenizer" / "deepseek_v3_tokenizer.json"; }
+
+// A freshly made tiny checkpoint (`make-tiny --preset tiny`), removed with the test.
+struct TinyCheckpoint {
+  fs::path dir;
+  CliRun made;
+  TinyCheckpoint() {
+    std::random_device rd;
+    dir = fs::temp_directory_path() / ("dsflash-bench-cli-" + std::to_string(rd()) + std::to_string(rd()));
+    made = run_dsflash(
+        {"make-tiny", "--preset", "tiny", "-o", dir.string(), "--tokenizer", shared_tokenizer().string()});
+  }
+  ~TinyCheckpoint() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
 TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
-  const std::string tokenizer = (fs::path(DSFLASH_SHARED_DIR) / "tokenizer" / "deepseek_v3_tokenizer.json").string();
-  if (!fs::exists(tokenizer)) GTEST_SKIP() << "no shared tokenizer";
-  std::random_device rd;
-  const fs::path dir = fs::temp_directory_path() / ("dsflash-bench-cli-" + std::to_string(rd()) + std::to_string(rd()));
-  const CliRun made = run_dsflash({"make-tiny", "--preset", "tiny", "-o", dir.string(), "--tokenizer", tokenizer});
-  ASSERT_EQ(made.exit_code, 0) << made.err;
+  if (!fs::exists(shared_tokenizer())) GTEST_SKIP() << "no shared tokenizer";
+  const TinyCheckpoint tiny;
+  ASSERT_EQ(tiny.made.exit_code, 0) << tiny.made.err;
 
   const auto bench_start = std::chrono::steady_clock::now();
-  const CliRun bench = run_dsflash({"bench", "-m", dir.string(), "-p", "16", "-n", "2", "-r", "1", "--batch", "1,2",
-                                "--depth", "256", "--threads", "2", "--json"});
+  const CliRun bench = run_dsflash({"bench", "-m", tiny.dir.string(), "-p", "16", "-n", "2", "-r", "1", "--batch",
+                                    "1,2", "--depth", "256", "--threads", "2", "--json"});
   const double bench_elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - bench_start).count();
-  std::error_code ec;
-  fs::remove_all(dir, ec);
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   const nlohmann::json j = nlohmann::json::parse(bench.out);
 
@@ -133,16 +146,11 @@ TEST(BenchCli, JsonHasEveryTargetFigureAndPhasesAddUpToTheStep) {
 
 // --no-exact: the prefill rows of the default plan only (its speed and peak fraction), none of the exact plan's.
 TEST(BenchCli, NoExactRunsTheDefaultPlanOnly) {
-  const std::string tokenizer = (fs::path(DSFLASH_SHARED_DIR) / "tokenizer" / "deepseek_v3_tokenizer.json").string();
-  if (!fs::exists(tokenizer)) GTEST_SKIP() << "no shared tokenizer";
-  std::random_device rd;
-  const fs::path dir = fs::temp_directory_path() / ("dsflash-bench-cli-" + std::to_string(rd()) + std::to_string(rd()));
-  const CliRun made = run_dsflash({"make-tiny", "--preset", "tiny", "-o", dir.string(), "--tokenizer", tokenizer});
-  ASSERT_EQ(made.exit_code, 0) << made.err;
-  const CliRun bench = run_dsflash({"bench", "-m", dir.string(), "-p", "16", "-n", "1", "-r", "1", "--batch", "1",
-                                    "--depth", "256", "--threads", "2", "--json", "--no-exact"});
-  std::error_code ec;
-  fs::remove_all(dir, ec);
+  if (!fs::exists(shared_tokenizer())) GTEST_SKIP() << "no shared tokenizer";
+  const TinyCheckpoint tiny;
+  ASSERT_EQ(tiny.made.exit_code, 0) << tiny.made.err;
+  const CliRun bench = run_dsflash({"bench", "-m", tiny.dir.string(), "-p", "16", "-n", "1", "-r", "1", "--batch",
+                                    "1", "--depth", "256", "--threads", "2", "--json", "--no-exact"});
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   const nlohmann::json j = nlohmann::json::parse(bench.out);
   const nlohmann::json& p = j.at("prefill").at("16");
