@@ -1,4 +1,4 @@
-// Linear kernels at the real model's shapes (spec/MODEL.md §1-§4): decode (rows 1-4, 12, 16, 24, 32, 64: where the
+// Linear kernels at the real model's shapes (spec/MODEL.md §1-§4): decode (rows 1-4, 8, 12, 16, 24, 32, 64: where the
 // AVX2 table's decode passes give way to its many-row path, linear_avx2_impl.h) and prefill
 // (rows 256, 2048), for the reference and every fast kernel set this CPU runs.
 //
@@ -377,7 +377,7 @@ void register_all(int threads) {
         if (tiled && !tile_major_format) continue;
         // 2-4: a routed expert's rows in a batch-4 decode step; 12: in a batch-16 one (16 tokens x 6 of 8 experts,
         // wide preset).
-        for (int64_t rows : {1, 2, 3, 4, 12, 16, 24, 32, 64, 256, 2048}) {
+        for (int64_t rows : {1, 2, 3, 4, 8, 12, 16, 24, 32, 64, 256, 2048}) {
           if (reference && rows > 1) continue;  // the scalar oracle is only timed at rows = 1
           if (rows == 2048 && (!tiled || s.cached)) continue;
           std::string name =
