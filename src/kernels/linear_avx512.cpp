@@ -18,9 +18,10 @@
 // Tile-major (the load-time copy): each 64-byte vector decodes straight into that scratch layout (FP8: 2 pairs
 // with the two byte lookups and unpacks, FP4: 4 pairs with a shift and vpermw each), so there is neither a
 // gather nor a reduction. Rows 1..4 (tiled_decode_rows, linear_avx512_tiled.cpp) keep the pairs in registers,
-// rows 5..12 (FP8) or 5..48 (MXFP4) in several such passes; more rows go through multi_row_tiles. Both sum a
-// block's 16 pairs in one chain in pair order, so a row's result does not depend on the rows it runs with (MXFP4
-// passes of 1..4 rows take exact integer dots where they give those bits).
+// rows 5..12 (FP8) or 5..48 (MXFP4, in the tables without vdpbf16ps) in several such passes
+// (tiled_passes_max_rows); more rows go through multi_row_tiles. Both sum a block's 16 pairs in one chain in pair
+// order, so a row's result does not depend on the rows it runs with (MXFP4 passes of 1..4 rows take exact integer
+// dots where they give those bits).
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path
 // (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
 // The "avx512fma" table (RowsMultiply::kFp32Fma) runs the same paths with fp32 FMAs in place of vdpbf16ps where
