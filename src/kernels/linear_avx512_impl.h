@@ -405,14 +405,16 @@ constexpr int64_t kTiledDecodeMaxRows = 4;
 // call by call: MXFP4 4608 x 5120 722 -> 498 us (5 rows), 860 -> 694 (8), 1353 -> 1066 (12), 2931 -> 2668 (28),
 // 3297 -> 3088 (40), 4819 -> 4570 (48), 6066 vs 6026 (64) and 8526 -> 8747 (96); FP8 5120 x 8192 1580 -> 1370
 // (5), 1618 -> 1423 (8), 2356 -> 1942 (10), 2683 -> 2476 (12), 2883 -> 2946 (14), 3199 -> 3317 (16).
-// Those were a Xeon's, where MXFP4 GEMMs of 5 rows or more run on AMX tiles (kFp4AmxMinRows) before this limit
-// applies. The other CPUs with AVX512-BF16, Zen 4 / Zen 5 EPYCs, multiply bf16 at full width without AMX: there
-// the multi-row path's vdpbf16ps beats several MXFP4 integer passes from 8 rows on. On a 2-core Zen 5
-// (bench_linear --threads=2, the limit of 48 rows against 4 or 8, alternated 3x, medians of 15): w13
-// 4608 x 2 x 5120 8 rows 1.31 -> 1.03 ms, 12 rows 1.67 -> 1.30, 16 rows 1.92 -> 1.59, 32 rows 4.77 -> 2.91; w2
-// 5120 x 2304 (SwiGLU outputs) 8 rows 0.77 -> 0.52, 12 rows 1.15 -> 0.67, 16 rows 1.53 -> 0.81, 32 rows 2.83 ->
-// 1.40; 6 rows within noise (w13 0.99 / 0.87, w2 0.54 / 0.50). So the bf16 copy runs one MXFP4 pass at most.
-// FP8 keeps its limit there (at 6 and 8 rows the passes still won by 2-15%, at 12 they tied).
+// Those were measured on a 2-core Zen 5 VM before the MXFP4 passes took integer dots and before the multi-row
+// path's panels and 12-row tiles. With today's code on a VM of the same type the multi-row path's vdpbf16ps beats
+// several MXFP4 integer passes from 8 rows on (what changed the balance was not traced). Where the CPU has AMX,
+// MXFP4 GEMMs of 5 rows or more run on tiles (kFp4AmxMinRows) before this limit applies, so it matters on CPUs
+// with AVX512-BF16 and no usable AMX: Zen 4 / Zen 5 EPYCs. There (bench_linear --threads=2, the limit of 48 rows
+// against 4 or 8, alternated 3x, medians of 15): w13 4608 x 2 x 5120 8 rows 1.31 -> 1.03 ms, 12 rows 1.67 -> 1.30,
+// 16 rows 1.92 -> 1.59, 32 rows 4.77 -> 2.91; w2 5120 x 2304 (SwiGLU outputs) 8 rows 0.77 -> 0.52, 12 rows 1.15 ->
+// 0.67, 16 rows 1.53 -> 0.81, 32 rows 2.83 -> 1.40; 6 rows within noise (w13 0.99 / 0.87, w2 0.54 / 0.50). So the
+// bf16 copy runs one MXFP4 pass at most. FP8 keeps its limit there (at 6 and 8 rows the passes still won by 2-15%,
+// at 12 they tied).
 constexpr int64_t tiled_passes_max_rows(bool fp4) {
   return (fp4 ? (kAvx512Bf16 ? 1 : 12) : 3) * kTiledDecodeMaxRows;
 }
