@@ -442,9 +442,9 @@ GemmArgs block_gemm_args(const float* act, const uint8_t* act_scales, int64_t ro
   return g;
 }
 
-// Whether run_block_gemm takes `rows` rows through gemm_tiles (given act_decode where it takes it).
-bool rows_take_lanes(bool fp4, int64_t rows, bool tile_major) {
-  if (fp4) return true;
+// Whether run_block_gemm takes `rows` FP8 rows through gemm_tiles (given act_decode where it takes it). (MXFP4 rows
+// past the decode limits of fp4_gemm_avx2 always do.)
+bool fp8_rows_take_lanes(int64_t rows, bool tile_major) {
   return tile_major ? rows > kFp8PassMaxRows : rows > kDecodeMaxRows;
 }
 
@@ -486,7 +486,7 @@ void fp8_gemm_avx2(const Fp8Activations& x, const Fp8Weight& w, float* y, Thread
   const bool decode = w.tile_major && x.rows <= kFp8PassMaxRows;
   const float* act_decode = decode ? widen_activations(x, scratch, kFp8DecodeActScale).data() : nullptr;
   // The many-row path folds the scales into its operands where that keeps the bits (scales_keep_scaled_sums_exact).
-  const bool scaled = rows_take_lanes(false, x.rows, w.tile_major) &&
+  const bool scaled = fp8_rows_take_lanes(x.rows, w.tile_major) &&
                       scales_keep_scaled_sums_exact(x.scales, x.rows * (x.k / 32)) &&
                       scales_keep_scaled_sums_exact(w.scales, (w.out + 31) / 32 * (w.in / 32));
   // The values themselves: the many-row path, and the decode's recomputation of a range that met a NaN code.
