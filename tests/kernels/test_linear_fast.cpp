@@ -280,8 +280,8 @@ TEST(LinearFast, Fp8AsBf16KeepsSubnormalActivations) {
 // multi-row path sum a block in the same order).
 TEST(LinearFast, TileMajorWeightsMatchTheReferenceAndRowsRunAlone) {
   // (1 to 10 tiles of 16 outputs, 4, 2 and 1 at a time on the decode paths; 5-12 rows there in passes of up to 4,
-  // MXFP4 up to 48 rows where the table has no vdpbf16ps, 4 where it has; 13 and 49 rows the first on the
-  // multi-row path)
+  // MXFP4 up to 48 rows where the table has no vdpbf16ps, 4 where it has; the first rows on the multi-row path:
+  // 13 for FP8, 49 or 5 for MXFP4)
   const LinearShape shapes[] = {{1, 16, 32},   {1, 48, 1280}, {2, 32, 256},   {2, 112, 256},  {3, 160, 2176},
                                 {4, 16, 128},  {4, 80, 384},  {5, 48, 384},   {8, 32, 1280},  {12, 48, 384},
                                 {13, 48, 384}, {16, 64, 2176}, {48, 48, 384}, {49, 48, 384}, {300, 48, 128},
