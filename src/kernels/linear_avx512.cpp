@@ -18,10 +18,10 @@
 // Tile-major (the load-time copy): each 64-byte vector decodes straight into that scratch layout (FP8: 2 pairs
 // with the two byte lookups and unpacks, FP4: 4 pairs with a shift and vpermw each), so there is neither a
 // gather nor a reduction. Rows 1..4 (tiled_decode_rows, linear_avx512_tiled.cpp) keep the pairs in registers,
-// rows 5..12 (FP8) or 5..48 (MXFP4, in the tables without vdpbf16ps) in several such passes
-// (tiled_passes_max_rows); more rows go through multi_row_tiles. Both sum a block's 16 pairs in one chain in pair
-// order, so a row's result does not depend on the rows it runs with (MXFP4 passes of 1..4 rows take exact integer
-// dots where they give those bits).
+// rows 5..12 (FP8) or 5..48 (MXFP4) in several such passes (tiled_passes_max_rows); more rows go through
+// multi_row_tiles. Both sum a block's 16 pairs in one chain in pair order, so a row's result does not depend on the
+// rows it runs with (MXFP4 passes take exact integer dots where they give those bits and pay:
+// tiled_fp4_takes_integers).
 // On row-major weights the in-block summation order differs between the decode paths and the multi-row path
 // (only where a block's fp32 sum is inexact can a row's result depend on whether it ran alone).
 // The "avx512fma" table (RowsMultiply::kFp32Fma) runs the same paths with fp32 FMAs in place of vdpbf16ps where
@@ -355,8 +355,10 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     // with FMAs is as fast as the chain at one row, see tiled_decode).
     const bool fma = (x.rows >= 2 || !kAvx512Bf16) && fma_keeps_bits();
     const NaturalActivations natural = natural_activations(false);  // (sets the activation scales too)
-    if (kFp4 && kAvx512Vnni && x.codes != nullptr) {
-      // MXFP4: through integers wherever that is exact (prepare_exact_fp4_rows), the bf16 chain elsewhere.
+    const int64_t passes = (x.rows + kTiledDecodeMaxRows - 1) / kTiledDecodeMaxRows;
+    if (kFp4 && kAvx512Vnni && x.codes != nullptr && tiled_fp4_takes_integers(x.rows / passes, 2, fma)) {
+      // MXFP4: through integers wherever that is exact (prepare_exact_fp4_rows) and pays (the smallest pass's rows
+      // decide: tiled_decode_passes balances them), the bf16 chain elsewhere.
       const size_t row_blocks = static_cast<size_t>(x.rows * g.kb);
       const std::span<int8_t> pieces = scratch.take<int8_t>(row_blocks * kExactFp4PieceBlockBytes);
       const std::span<int32_t> biases = scratch.take<int32_t>(row_blocks);

@@ -399,24 +399,39 @@ void multi_row_tiles(const GemmArgs& g, bool amx, int64_t tile_begin, int64_t ti
 
 // ---- Decode on tile-major weights (linear_avx512_tiled.cpp) ----
 constexpr int64_t kTiledDecodeMaxRows = 4;
+// Whether a tiled pass of `rows` rows sums an MXFP4 block whose rows need `pieces` (2 or 3) byte pieces in integers
+// (exact_fp4_blocks) rather than by the vdpbf16ps chain, whose bits they give. Per 64-byte vector the integers take 2 x
+// pieces vpdpbusd per row, the chain 4 vdpbf16ps per row after a conversion the rows share; on the Zen 5 VM both issue
+// two per cycle, on the same two pipes as vpermb / vpermw and vmulps (a scratch asm loop of 12 independent vpdpbusd per
+// iteration: 4 vpermb, vpermw or vmulps beside them add 2 cycles, 4 vpaddd, shifts, vcvtdq2ps or broadcasts none). One
+// row keeps the integers (its chains alone wait on vdpbf16ps's latency: 6.2 us on the L2-resident w2 shape below, 11 us
+// on the VNNI-free table's chain), two rows where two pieces do; from three rows the chain wins, and a pass that takes
+// no integers skips prepare_exact_fp4_rows too. bench_linear, w2_mxfp4_cached_tiled (256 x 2304, one thread, min of 12
+// calls, variants alternated): 2 rows 11.4 us (integers, three pieces where a row needs them) / 10.3 (the chain for
+// three-piece blocks) / 10.6 (the chain throughout); 3 rows 18.0 / 14.1 / 13.3, and 11.1 without the preparation; 4
+// rows 25.4 / 19.2 / 17.5, and 14.2. Cold copies, two threads (w13_mxfp4_tiled 4608 x 5120 and w2_mxfp4_tiled 5120 x
+// 2304, min of 12): 3 rows 0.408 -> 0.289 and 0.204 -> 0.154 ms, 4 rows 0.541 -> 0.353 and 0.334 -> 0.187. With kFma
+// the alternative is 8 FMAs per row: the integers throughout.
+constexpr bool tiled_fp4_takes_integers(int64_t rows, int pieces, bool fma) {
+  return fma || rows == 1 || (rows == 2 && pieces == 2);
+}
 // Up to here the tile-major path runs several passes of at most kTiledDecodeMaxRows rows rather than the multi-row
 // path, whose weight conversion into the scratch costs more than re-reading the tiles from cache per pass until
 // many rows share it. Medians of calls on cold copies, 2 threads, the multi-row path against the passes alternated
 // call by call: MXFP4 4608 x 5120 722 -> 498 us (5 rows), 860 -> 694 (8), 1353 -> 1066 (12), 2931 -> 2668 (28),
 // 3297 -> 3088 (40), 4819 -> 4570 (48), 6066 vs 6026 (64) and 8526 -> 8747 (96); FP8 5120 x 8192 1580 -> 1370
 // (5), 1618 -> 1423 (8), 2356 -> 1942 (10), 2683 -> 2476 (12), 2883 -> 2946 (14), 3199 -> 3317 (16).
-// Those were measured on a 2-core Zen 5 VM before the MXFP4 passes took integer dots and before the multi-row
-// path's panels and 12-row tiles. With today's code on a VM of the same type the multi-row path's vdpbf16ps beats
-// several MXFP4 integer passes from 8 rows on (what changed the balance was not traced). Where the CPU has AMX,
-// MXFP4 GEMMs of 5 rows or more run on tiles (kFp4AmxMinRows) before this limit applies, so it matters on CPUs
-// with AVX512-BF16 and no usable AMX: Zen 4 / Zen 5 EPYCs. There (bench_linear --threads=2, the limit of 48 rows
-// against 4 or 8, alternated 3x, medians of 15): w13 4608 x 2 x 5120 8 rows 1.31 -> 1.03 ms, 12 rows 1.67 -> 1.30,
-// 16 rows 1.92 -> 1.59, 32 rows 4.77 -> 2.91; w2 5120 x 2304 (SwiGLU outputs) 8 rows 0.77 -> 0.52, 12 rows 1.15 ->
-// 0.67, 16 rows 1.53 -> 0.81, 32 rows 2.83 -> 1.40; 6 rows within noise (w13 0.99 / 0.87, w2 0.54 / 0.50). So the
-// bf16 copy runs one MXFP4 pass at most. FP8 keeps its limit there (at 6 and 8 rows the passes still won by 2-15%,
-// at 12 they tied).
+// Those were measured on a 2-core Zen 5 VM before the MXFP4 passes took integer dots. Passes of three and four rows
+// through integers then lost to the multi-row path from 8 rows on, and the table with vdpbf16ps ran one MXFP4 pass at
+// most; with those passes back on the chain (tiled_fp4_takes_integers) the passes win again up to 48 rows
+// (bench_linear --threads=2, w13 4608 x 2 x 5120 and w2 5120 x 2304 of SwiGLU outputs, the limit of 4 rows against
+// a higher one alternated, min of 12 calls): 8 rows 1.01 -> 0.77 and 0.55 -> 0.38 ms, 12 rows 1.14 -> 0.94 and
+// 0.61 -> 0.49, 16 rows 1.36 -> 1.25 and 0.73 / 0.74, 24 rows 2.05 -> 1.93 and 1.06 -> 0.98, 32 rows 2.67 -> 2.54
+// and 1.38 -> 1.31, 64 rows 4.83 / 4.89 and 2.58 / 2.42 (a tie). Where the CPU has AMX, MXFP4 GEMMs of 5 rows or
+// more run on tiles (kFp4AmxMinRows) before this limit applies. FP8 keeps its limit (at 6 and 8 rows the passes
+// won by 2-15%, at 12 they tied; at 16, 2.76 -> 2.63 ms for wq_b and a tie for wo_b: left as it is).
 constexpr int64_t tiled_passes_max_rows(bool fp4) {
-  return (fp4 ? (kAvx512Bf16 ? 1 : 12) : 3) * kTiledDecodeMaxRows;
+  return (fp4 ? 12 : 3) * kTiledDecodeMaxRows;
 }
 // g.rows rows (up to tiled_passes_max_rows; passes of at most kTiledDecodeMaxRows rows run one after another on
 // each group of tiles, so the second pass on reads them from the core's caches: alternated call by call against

@@ -2,7 +2,8 @@
 // tiled_passes_max_rows) on tile-major weights (kernels/linear.h): each 64-byte vector decodes in registers into
 // bf16 pairs of 16 outputs, once for every row of a pass, and every (row, tile, block) sums its 16 pairs in one
 // chain in pair order, as the multi-row path of linear_avx512_rows.cpp does, so a row's result does not depend on the
-// rows it runs with. MXFP4 rows multiply in exact integers wherever that gives the same chain's bits.
+// rows it runs with. MXFP4 rows multiply in exact integers wherever that gives the same chain's bits and pays
+// (tiled_fp4_takes_integers).
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -36,8 +37,9 @@ constexpr int64_t kTiledPrefetchBytes = 2048;
 // per cycle, vdpbf16ps one every two, vpermb / vpermps one per cycle. Per 64 bytes of weights (128 MXFP4 codes, 8 k
 // of 16 outputs) the integer path below takes 1 shift and 2 vpermb for all rows, then 2 vpdpbusd per row and byte
 // piece of N (2 or 3 pieces), against the FMA recipe's 8 vpermps and 7 shifts, then 8 FMAs per row; one row's
-// vdpbf16ps chain takes 4 vpermw, 3 shifts and 4 vdpbf16ps. So every row's blocks go through integers wherever
-// that gives the chain's bits.
+// vdpbf16ps chain takes 4 vpermw, 3 shifts and 4 vdpbf16ps. So there every row's blocks go through integers
+// wherever that gives the chain's bits; where vdpbf16ps issues two per cycle too (Zen 5), passes of three rows or
+// more take the chain (tiled_fp4_takes_integers).
 // Activation a = N * 2^(s-10) with N an integer: an e4m3 value is sig * 2^(e'-10) (sig = 8 + mantissa and e' = the
 // exponent field for normals, sig = mantissa and e' = 1 for subnormals), and s = the smallest e' of the block's
 // nonzero values. Weight w = W / 2 with W = 2 * e2m1 in [-12, 12]. A block's sum of a * w is then
@@ -189,19 +191,21 @@ DSFLASH_AVX512 void exact_fp4_blocks(const uint8_t* codes, int64_t k, uint8_t* e
 
 namespace {
 
-// The partials of blocks [b, b + NB) of NT tiles for R rows from g.exact_pieces (every row's blocks exact, P byte
-// pieces; see prepare_exact_fp4_rows). Per 64-byte vector (8 k of 16 outputs): vpermb on the bytes and on the bytes
-// shifted right by 4 gives W + 12 of the low and the high nibbles (dword lane i = output i's k 0 4 1 5 and 2 6 3 7
-// of the vector), each multiplied by every row's broadcast piece bytes in that order. Sums of integers, exact in
-// any order. The tiles go kTilesAtOnce at a time through a block, so that the R x P integer sums of each stay in
-// registers.
-template <int NB, int R, int NT, int P>
-DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* w, int64_t tile_bytes, int64_t b,
-                                              int64_t prefetch_bytes, __m512i biased_table,
-                                              __m512 (&partial)[NB][R][NT]) {
+// Blocks [b, b + NB) of NT tiles for R rows from g.exact_pieces (every row's blocks exact, P byte pieces; see
+// prepare_exact_fp4_rows). Per 64-byte vector (8 k of 16 outputs): vpermb on the bytes and on the bytes shifted
+// right by 4 gives W + 12 of the low and the high nibbles (dword lane i = output i's k 0 4 1 5 and 2 6 3 7 of the
+// vector), each multiplied by every row's broadcast piece bytes in that order. Sums of integers, exact in any order.
+// The tiles go kTilesAtOnce at a time through a block, so that the R x P integer sums of each stay in registers,
+// and each group hands its tiles' block partials (fp32 [R], the chain's value of the block) to add_tile_block(n,
+// tile, partials) at once: holding NT x R partials until the block's last tile (besides y's R x NT) spilled from 3
+// rows on. The tile groups' broadcasts are left in place (see `pieces`).
+template <int NB, int R, int NT, int P, typename AddTileBlock>
+DSFLASH_AVX512 inline void exact_fp4_blocks(const GemmArgs& g, const uint8_t* w, int64_t tile_bytes, int64_t b,
+                                            int64_t prefetch_bytes, __m512i biased_table,
+                                            AddTileBlock&& add_tile_block) {
   constexpr int kVectors = kTiledVectors<true>;
   constexpr int64_t kBlockBytes = kVectors * kTileMajorVectorBytes;
-  constexpr int kTilesAtOnce = R * P * NT <= 16 ? NT : R * P * 2 <= 24 ? 2 : 1;
+  constexpr int kTilesAtOnce = R * P * NT <= 16 ? NT : R * P * 2 <= 12 ? 2 : 1;
   for (int n = 0; n < NB; ++n)
     for (int t0 = 0; t0 < NT; t0 += kTilesAtOnce) {
       __m512i sums[R][kTilesAtOnce][P];
@@ -210,12 +214,14 @@ DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* 
           sums[r][t][0] = _mm512_set1_epi32(g.exact_biases[r * g.kb + b + n]);
           for (int p = 1; p < P; ++p) sums[r][t][p] = _mm512_setzero_si512();
         }
-      // Row r's pieces of this block: per vector, per piece, 4 bytes of k 0 4 1 5 then 4 of k 2 6 3 7.
-      const int8_t* row_pieces[R];
-      for (int r = 0; r < R; ++r) row_pieces[r] = g.exact_pieces + (r * g.kb + b + n) * kExactFp4PieceBlockBytes;
+      // Row r's pieces of this block: per vector, per piece, 4 bytes of k 0 4 1 5 then 4 of k 2 6 3 7. The empty
+      // asm hides that the tile groups read the same bytes: hoisted out of the groups, the R x P x 2 x kVectors
+      // broadcasts spilled; left in place, each is a load folded into its vpdpbusd.
+      const int8_t* pieces = g.exact_pieces + (b + n) * kExactFp4PieceBlockBytes;
+      asm("" : "+r"(pieces));
       auto piece = [&](int r, int v, int i) DSFLASH_AVX512 {
         int32_t bytes;
-        std::memcpy(&bytes, row_pieces[r] + v * kExactFp4PieceVectorBytes + 4 * i, 4);
+        std::memcpy(&bytes, pieces + r * g.kb * kExactFp4PieceBlockBytes + v * kExactFp4PieceVectorBytes + 4 * i, 4);
         return _mm512_set1_epi32(bytes);
       };
       for (int v = 0; v < kVectors; ++v) {
@@ -233,23 +239,21 @@ DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* 
             second[t] = _mm512_shuffle_epi8(biased_table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
           }
         }
-        // Each broadcast serves the tiles at once (so it need not stay in a register).
         for (int r = 0; r < R; ++r)
-          for (int p = 0; p < P; ++p) {
-            const __m512i low_k = piece(r, v, 2 * p), high_k = piece(r, v, 2 * p + 1);
+          for (int p = 0; p < P; ++p)
             for (int t = 0; t < kTilesAtOnce; ++t) {
-              sums[r][t][p] = _mm512_dpbusd_epi32(sums[r][t][p], first[t], low_k);
-              sums[r][t][p] = _mm512_dpbusd_epi32(sums[r][t][p], second[t], high_k);
+              sums[r][t][p] = _mm512_dpbusd_epi32(sums[r][t][p], first[t], piece(r, v, 2 * p));
+              sums[r][t][p] = _mm512_dpbusd_epi32(sums[r][t][p], second[t], piece(r, v, 2 * p + 1));
             }
-          }
       }
-      for (int r = 0; r < R; ++r) {
-        const __m512 unit = _mm512_set1_ps(g.exact_units[r * g.kb + b + n]);
-        for (int t = 0; t < kTilesAtOnce; ++t) {
+      for (int t = 0; t < kTilesAtOnce; ++t) {
+        __m512 partials[R];
+        for (int r = 0; r < R; ++r) {
           __m512i total = _mm512_add_epi32(sums[r][t][0], _mm512_slli_epi32(sums[r][t][1], 8));
           if constexpr (P == 3) total = _mm512_add_epi32(total, _mm512_slli_epi32(sums[r][t][2], 16));
-          partial[n][r][t0 + t] = _mm512_mul_ps(_mm512_cvtepi32_ps(total), unit);
+          partials[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(total), _mm512_set1_ps(g.exact_units[r * g.kb + b + n]));
         }
+        add_tile_block(n, t0 + t, partials);
       }
     }
 }
@@ -258,7 +262,7 @@ DSFLASH_AVX512 inline void exact_fp4_partials(const GemmArgs& g, const uint8_t* 
 // Each vector is decoded once for the R rows, and each activation broadcast serves the NT tiles. Per (row,
 // tile, block) one accumulator takes the 16 pairs in order, as rows_chunk does; the tiles give independent
 // chains, and the blocks' chains overlap out of order. MXFP4: blocks exact in integers for every row of the pass
-// (g.exact_piece_counts) take exact_fp4_partials, several at a time where a group is all exact.
+// (g.exact_piece_counts) take exact_fp4_blocks, several at a time where a group is all exact.
 // kFma: fp32 FMAs in vdpbf16ps's order instead, on g.act_f32 [R, in] (RowsMultiply::kFp32Fma; run_block_gemm
 // checks that no product or sum can be subnormal). FP8: each bf16 pair vector splits into fp32 weights
 // (pair_as_fp32). MXFP4: vector v's dword lane i holds output i's pairs 4v..4v+3 as
@@ -302,7 +306,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       }
     // NB blocks at a time: their chains are independent, so NB x NT x R of them are in flight (one chain alone
     // would wait ~6 cycles per pair on the previous vdpbf16ps).
-    // pieces: 2 or 3 where every row's NB blocks take the integers (exact_fp4_partials with that many byte pieces),
+    // pieces: 2 or 3 where every row's NB blocks take the integers (exact_fp4_blocks with that many byte pieces),
     // 0 where they take the chain.
     // kPlain: FP8 blocks that all hold only zero and normal codes (Fp8Weight::plain_code_blocks), decoded from the
     // 64-entry tables.
@@ -312,22 +316,38 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
       constexpr int64_t kAhead = kTiledPrefetchBytes;
       const int64_t prefetch_bytes = kAhead + (b * kBlockBytes + kAhead < tile_bytes
                                                                 ? 0 : (NT - 1) * tile_bytes);
+      // Block b + n's scales: tile + t's 16 weight scales (MXFP4: converted here, straight from the scale stream),
+      // row r's activation scale.
+      auto weight_scales = [&](int n, int t) DSFLASH_AVX512 {
+        if constexpr (kFp4) return fp4_tiled_block_scales(g, tile + t, b + n);
+        else return _mm512_set1_ps(e8m0[g.w_scales[((tile + t) * kTile / 32) * g.kb + b + n]]);
+      };
+      auto act_scale = [&](int n, int r) DSFLASH_AVX512 {
+        return _mm512_set1_ps(e8m0[g.act_scales[r * g.kb + b + n]]);
+      };
+      // Block b + n's partial (fp32, its dot products) of row r and tile + t into y, times both scales.
+      auto add_block = [&](int r, int t, __m512 partial, __m512 sa, __m512 w_scale) DSFLASH_AVX512 {
+        y[r][t] = _mm512_add_ps(y[r][t], _mm512_mul_ps(_mm512_mul_ps(partial, sa), w_scale));
+      };
+      // The integer path hands over one tile's partials at a time (fp32 [R]).
+      auto add_tile_block = [&](int n, int t, const __m512 (&partials)[R]) DSFLASH_AVX512 {
+        const __m512 w_scale = weight_scales(n, t);
+        for (int r = 0; r < R; ++r) add_block(r, t, partials[r], act_scale(n, r), w_scale);
+      };
+      auto exact = [&]<int P>() DSFLASH_AVX512 {
+        // (Without VNNI no block is given pieces: run_block_gemm leaves exact_piece_counts unset.)
+        if constexpr (kFp4 && kAvx512Vnni)
+          exact_fp4_blocks<NB, R, NT, P>(g, w, tile_bytes, b, prefetch_bytes, biased_table, add_tile_block);
+      };
+      if (pieces == 2) return exact.template operator()<2>();
+      if (pieces == 3) return exact.template operator()<3>();
       __m512 acc[NB][R][NT];
       for (int n = 0; n < NB; ++n)
         for (int r = 0; r < R; ++r)
           for (int t = 0; t < NT; ++t) acc[n][r][t] = _mm512_setzero_ps();
       __m512i plain_tables[2];
       if constexpr (kPlain) load_plain_fp8_tables(plain_tables);
-      auto exact = [&]<int P>() DSFLASH_AVX512 {
-        // (Without VNNI no block is given pieces: run_block_gemm leaves exact_piece_counts unset.)
-        if constexpr (kFp4 && kAvx512Vnni)
-          exact_fp4_partials<NB, R, NT, P>(g, w, tile_bytes, b, prefetch_bytes, biased_table, acc);
-      };
-      if (pieces == 2) {
-        exact.template operator()<2>();
-      } else if (pieces == 3) {
-        exact.template operator()<3>();
-      } else if constexpr (kFma) {
+      if constexpr (kFma) {
         // FMA: vector by vector across the NB blocks, so that consecutive FMAs feed different chains (each waits
         // ~4 cycles on its previous one, 2 * kPairs times per vector).
         for (int v = 0; v < kVectors; ++v)
@@ -384,16 +404,11 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
           }
       }
       for (int n = 0; n < NB; ++n) {  // blocks in K order
-        // MXFP4: the tile's 16 scales of the block converted here, straight from the scale stream.
         __m512 w_scale[NT];
-        for (int t = 0; t < NT; ++t) {
-          if constexpr (kFp4) w_scale[t] = fp4_tiled_block_scales(g, tile + t, b + n);
-          else w_scale[t] = _mm512_set1_ps(e8m0[g.w_scales[((tile + t) * kTile / 32) * g.kb + b + n]]);
-        }
+        for (int t = 0; t < NT; ++t) w_scale[t] = weight_scales(n, t);
         for (int r = 0; r < R; ++r) {
-          const __m512 sa = _mm512_set1_ps(e8m0[g.act_scales[r * g.kb + b + n]]);
-          for (int t = 0; t < NT; ++t)
-            y[r][t] = _mm512_add_ps(y[r][t], _mm512_mul_ps(_mm512_mul_ps(acc[n][r][t], sa), w_scale[t]));
+          const __m512 sa = act_scale(n, r);
+          for (int t = 0; t < NT; ++t) add_block(r, t, acc[n][r][t], sa, w_scale[t]);
         }
       }
     };
@@ -418,16 +433,17 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
     // and 256 x 2048 FP8 copies read over and over, one thread) 21 GB/s with four blocks and the full tables, 22-25
     // with the choice per 16 blocks, 26-27.5 per 4, barely above one core's share of the memory read (18-20 GB/s).
     constexpr int kBlocksAtOnce = R == 1 ? (kFma || (kFp4 && NT == 4) ? 2 : kFp4 ? 4 : 1) : R == 2 && NT < 4 ? 2 : 1;
-    // The byte pieces block b takes for all R rows (the most any row needs), 0 if a row's block takes the chain.
+    // The byte pieces block b takes for all R rows (the most any row needs), 0 if the block takes the chain: a row's
+    // block cannot take the integers, or they cost more than the chain here (tiled_fp4_takes_integers).
     auto block_pieces = [&](int64_t b) {
-      if (!kFp4 || g.exact_piece_counts == nullptr) return 0;
+      if (!kFp4 || g.exact_piece_counts == nullptr || !tiled_fp4_takes_integers(R, 2, kFma)) return 0;
       int most = 0;
       for (int r = 0; r < R; ++r) {
         const int count = g.exact_piece_counts[r * g.kb + b];
         if (count == 0) return 0;
         most = std::max(most, count);
       }
-      return most;
+      return tiled_fp4_takes_integers(R, most, kFma) ? most : 0;
     };
     int64_t b = b0;
     for (; b + kBlocksAtOnce <= b1; b += kBlocksAtOnce) {

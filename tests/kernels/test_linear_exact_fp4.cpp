@@ -112,10 +112,12 @@ TEST(LinearExactFp4, PiecesHoldTheCodesValues) {
   }
 }
 
-// 1..13 rows on tile-major weights (passes of 1-4 rows through integers; from 5 rows AMX tiles where the CPU has
-// them) give the chain's bits on blocks of every kind: narrow (two pieces), wide (three), past the exact bound
-// (the chain), a NaN, zeros, and random codes; rows mix them within a pass, so a pass's blocks take the most pieces
-// any row needs or the chain. The weights are mostly e2m1's extremes (+-0.5, +-6), where sums past the bound round.
+// 1..13 rows on tile-major weights (passes of 1-4 rows, through integers where the pass takes them: every pass on the
+// FMA table, passes of 1 and 2 rows on the vdpbf16ps one (tiled_fp4_takes_integers; 5 rows run a pass of 2 and one of 3
+// rows on the chain); from 5 rows AMX tiles where the CPU has them) give the chain's bits on blocks of every kind:
+// narrow (two pieces), wide (three), past the exact bound (the chain), a NaN, zeros, and random codes; rows mix them
+// within a pass, so a pass's blocks take the most pieces any row needs or the chain. The weights are mostly e2m1's
+// extremes (+-0.5, +-6), where sums past the bound round.
 TEST(LinearExactFp4, RowsThroughIntegersGiveTheChainsBits) {
   const std::vector<const LinearKernels*> tables = avx512_tables();
   if (tables.empty()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";

@@ -280,8 +280,7 @@ TEST(LinearFast, Fp8AsBf16KeepsSubnormalActivations) {
 // multi-row path sum a block in the same order).
 TEST(LinearFast, TileMajorWeightsMatchTheReferenceAndRowsRunAlone) {
   // (1 to 10 tiles of 16 outputs, 4, 2 and 1 at a time on the decode paths; 5-12 rows there in passes of up to 4,
-  // MXFP4 up to 48 rows where the table has no vdpbf16ps, 4 where it has; the first rows on the multi-row path:
-  // 13 for FP8, 49 or 5 for MXFP4)
+  // MXFP4 up to 48 rows; the first rows on the multi-row path: 13 for FP8, 49 for MXFP4)
   const LinearShape shapes[] = {{1, 16, 32},   {1, 48, 1280}, {2, 32, 256},   {2, 112, 256},  {3, 160, 2176},
                                 {4, 16, 128},  {4, 80, 384},  {5, 48, 384},   {8, 32, 1280},  {12, 48, 384},
                                 {13, 48, 384}, {16, 64, 2176}, {48, 48, 384}, {49, 48, 384}, {300, 48, 128},
@@ -551,8 +550,9 @@ TEST(LinearFast, Avx512MultipliesGiveTheSameBits) {
 // The AVX-512 tables' in-block order, pinned by a block where it shows: 14 large products make A = 14 * 2688 (MXFP4:
 // 448 * 6) or 14 * 448^2 (FP8), then the last pair adds u/2 (even element) and 3u/4 (odd), u = ulp(A). Odd first
 // (vdpbf16ps, and the FMA twin): A + 3u/4 -> A + u, + u/2 -> A + 2u (the tie to even). Even first (the
-// reference's k order): A + u/2 -> A (tie), + 3u/4 -> A + u. Tile-major weights at rows 1, 4 (decode paths) and
-// 8 (multi-row path), row-major ones at rows 8 (the row-major decode paths sum a block in an order of their own).
+// reference's k order): A + u/2 -> A (tie), + 3u/4 -> A + u. Tile-major weights at rows 1, 4 (decode paths), 8
+// (FP8: the multi-row path; MXFP4: two decode passes) and 49 (the multi-row path), row-major ones at rows 8 and 49
+// (the row-major decode paths sum a block in an order of their own).
 TEST(LinearFast, Avx512AddsEachPairOddThenEven) {
   const int out = 32, in = 32;
   test::Fp8ActData x;
@@ -584,7 +584,7 @@ TEST(LinearFast, Avx512AddsEachPairOddThenEven) {
     if (k == nullptr) continue;  // the CPU lacks its features
     const bool row_major_is_avx2 = k == linear_impl::avx512_no_vbmi::kernels() ||
                                    k == linear_impl::avx512_no_vnni::kernels();
-    for (const int rows : {1, 4, 8})
+    for (const int rows : {1, 4, 8, 49})
       for (const bool tiled : {false, true}) {
         if (!tiled && (rows < 8 || row_major_is_avx2)) continue;
         x.rows = rows;
