@@ -408,10 +408,11 @@ constexpr int64_t kTiledDecodeMaxRows = 4;
 // on the VNNI-free table's chain), two rows where two pieces do; from three rows the chain wins, and a pass that takes
 // no integers skips prepare_exact_fp4_rows too. bench_linear, w2_mxfp4_cached_tiled (256 x 2304, one thread, min of 12
 // calls, variants alternated): 2 rows 11.4 us (integers, three pieces where a row needs them) / 10.3 (the chain for
-// three-piece blocks) / 10.6 (the chain throughout); 3 rows 18.0 / 14.1 / 13.3, and 11.1 without the preparation; 4
-// rows 25.4 / 19.2 / 17.5, and 14.2. Cold copies, two threads (w13_mxfp4_tiled 4608 x 5120 and w2_mxfp4_tiled 5120 x
-// 2304, min of 12): 3 rows 0.408 -> 0.289 and 0.204 -> 0.154 ms, 4 rows 0.541 -> 0.353 and 0.334 -> 0.187. With kFma
-// the alternative is 8 FMAs per row: the integers throughout.
+// three-piece blocks) / 10.6 (the chain throughout); 3 rows 18.0 / 14.1 / 13.3, 4 rows 25.4 / 19.2 / 17.5; with the
+// preparation skipped too, against the old kernel in another alternation, 3 rows 19.2 -> 11.1 and 4 rows 30.5 -> 14.2.
+// Cold copies, two threads (w13_mxfp4_tiled 4608 x 5120 and w2_mxfp4_tiled 5120 x 2304, min of 12): 3 rows 0.408 ->
+// 0.289 and 0.204 -> 0.154 ms, 4 rows 0.541 -> 0.353 and 0.334 -> 0.187. With kFma the alternative is 8 FMAs per row:
+// the integers throughout.
 constexpr bool tiled_fp4_takes_integers(int64_t rows, int pieces, bool fma) {
   return fma || rows == 1 || (rows == 2 && pieces == 2);
 }
