@@ -355,10 +355,10 @@ void run_block_gemm(const GemmActivations& x, const uint8_t* w, const uint8_t* w
     // with FMAs is as fast as the chain at one row, see tiled_decode).
     const bool fma = (x.rows >= 2 || !kAvx512Bf16) && fma_keeps_bits();
     const NaturalActivations natural = natural_activations(false);  // (sets the activation scales too)
-    const int64_t passes = (x.rows + kTiledDecodeMaxRows - 1) / kTiledDecodeMaxRows;
-    if (kFp4 && kAvx512Vnni && x.codes != nullptr && tiled_fp4_takes_integers(x.rows / passes, 2, fma)) {
+    if (kFp4 && kAvx512Vnni && x.codes != nullptr &&
+        tiled_fp4_takes_integers(x.rows / tiled_decode_pass_count(x.rows), 2, fma)) {
       // MXFP4: through integers wherever that is exact (prepare_exact_fp4_rows) and pays (the smallest pass's rows
-      // decide: tiled_decode_passes balances them), the bf16 chain elsewhere.
+      // decide), the bf16 chain elsewhere.
       const size_t row_blocks = static_cast<size_t>(x.rows * g.kb);
       const std::span<int8_t> pieces = scratch.take<int8_t>(row_blocks * kExactFp4PieceBlockBytes);
       const std::span<int32_t> biases = scratch.take<int32_t>(row_blocks);

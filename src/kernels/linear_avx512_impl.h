@@ -399,6 +399,10 @@ void multi_row_tiles(const GemmArgs& g, bool amx, int64_t tile_begin, int64_t ti
 
 // ---- Decode on tile-major weights (linear_avx512_tiled.cpp) ----
 constexpr int64_t kTiledDecodeMaxRows = 4;
+// The passes a GEMM of `rows` rows runs (tiled_decode_passes balances them: the smallest has rows / passes rows).
+constexpr int64_t tiled_decode_pass_count(int64_t rows) {
+  return (rows + kTiledDecodeMaxRows - 1) / kTiledDecodeMaxRows;
+}
 // Whether a tiled pass of `rows` rows sums an MXFP4 block whose rows need `pieces` (2 or 3) byte pieces in integers
 // (exact_fp4_blocks) rather than by the vdpbf16ps chain, whose bits they give. Per 64-byte vector the integers take 2 x
 // pieces vpdpbusd per row, the chain 4 vdpbf16ps per row after a conversion the rows share; on the Zen 5 VM both issue

@@ -436,6 +436,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
     // The byte pieces block b takes for all R rows (the most any row needs), 0 if the block takes the chain: a row's
     // block cannot take the integers, or they cost more than the chain here (tiled_fp4_takes_integers).
     auto block_pieces = [&](int64_t b) {
+      // (A pass that never takes them skips reading the counts: dropping this check cost 3 and 4 rows ~5%.)
       if (!kFp4 || g.exact_piece_counts == nullptr || !tiled_fp4_takes_integers(R, 2, kFma)) return 0;
       int most = 0;
       for (int r = 0; r < R; ++r) {
@@ -470,7 +471,7 @@ DSFLASH_AVX512 void tiled_decode(const GemmArgs& g, int64_t tile) {
 // 3 + 2), one after another on the same tiles, so that a pass after the first reads them from the core's caches.
 template <bool kFp4, int NT, bool kFma>
 DSFLASH_AVX512 void tiled_decode_passes(const GemmArgs& g, int64_t tile) {
-  const int64_t passes = (g.rows + kTiledDecodeMaxRows - 1) / kTiledDecodeMaxRows;
+  const int64_t passes = tiled_decode_pass_count(g.rows);
   for (int64_t pass = 0, r0 = 0; pass < passes; ++pass) {
     const int64_t r1 = g.rows * (pass + 1) / passes;
     GemmArgs rows = g;  // rows [r0, r1)
